@@ -1,0 +1,251 @@
+//! Declarations: what a contributor says it owns, and the rules it must obey,
+//! both at registration and for every value it returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::key::{DshKey, KeyError};
+use crate::limits::Limits;
+
+/// A declaration as a contributor gave it, not yet checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawDeclaration {
+    /// The contributor's name.
+    pub name: String,
+    /// (key, description) pairs.
+    pub keys: Vec<(String, String)>,
+}
+
+/// One declared key with its description.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyInfo {
+    /// The key.
+    pub key: DshKey,
+    /// What it means.
+    pub description: String,
+}
+
+/// A checked declaration: a usable name and well-formed, unique, unreserved keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    name: String,
+    keys: BTreeMap<DshKey, String>,
+}
+
+/// What is wrong with a declaration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeclarationProblem {
+    /// The name is empty or whitespace.
+    #[error("the name is blank")]
+    BlankName,
+    /// The name holds control characters or is too long.
+    #[error("the name must be at most 128 bytes with no control characters")]
+    MalformedName,
+    /// Another contributor has this name.
+    #[error("a contributor with this name is already registered")]
+    DuplicateName,
+    /// Too many keys.
+    #[error("declares {count} keys, over the cap of {cap}")]
+    TooManyKeys {
+        /// Keys declared.
+        count: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// The key is malformed.
+    #[error("malformed key: {0}")]
+    MalformedKey(KeyError),
+    /// The key is one of dsh-env's built-ins.
+    #[error("the key is reserved for dsh-env")]
+    ReservedKey,
+    /// The description is blank.
+    #[error("the description is blank")]
+    BlankDescription,
+    /// The description holds control characters or is too long.
+    #[error("the description must be one line of at most 1024 bytes")]
+    MalformedDescription,
+    /// The key appears twice in the declaration.
+    #[error("the key is declared twice")]
+    DuplicateKey,
+    /// Another contributor owns the key.
+    #[error("the key is already owned by `{owner}`")]
+    KeyOwned {
+        /// The current owner.
+        owner: String,
+    },
+}
+
+/// A rejected declaration, naming the contributor and, where one is at fault, the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct DeclarationError {
+    /// The contributor's declared name (or what was given for it).
+    pub contributor: String,
+    /// The offending key, if the problem is with a key.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub problem: DeclarationProblem,
+}
+
+impl fmt::Display for DeclarationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "contributor `{}`", self.contributor.escape_debug())?;
+        if let Some(key) = &self.key {
+            write!(f, ", key `{}`", key.escape_debug())?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+impl Declaration {
+    /// Checks a raw declaration against every rule that needs no other contributor.
+    pub fn validate(raw: RawDeclaration, limits: &Limits) -> Result<Self, DeclarationError> {
+        let fail = |key: Option<&str>, problem| DeclarationError {
+            contributor: raw.name.clone(),
+            key: key.map(str::to_string),
+            problem,
+        };
+        if raw.name.trim().is_empty() {
+            return Err(fail(None, DeclarationProblem::BlankName));
+        }
+        if raw.name.len() > 128 || raw.name.chars().any(char::is_control) {
+            return Err(fail(None, DeclarationProblem::MalformedName));
+        }
+        if raw.keys.len() > limits.max_keys {
+            return Err(fail(
+                None,
+                DeclarationProblem::TooManyKeys {
+                    count: raw.keys.len(),
+                    cap: limits.max_keys,
+                },
+            ));
+        }
+        let mut keys = BTreeMap::new();
+        for (key, description) in &raw.keys {
+            let checked = DshKey::new(key.as_str())
+                .map_err(|e| fail(Some(key), DeclarationProblem::MalformedKey(e)))?;
+            if checked.is_reserved() {
+                return Err(fail(Some(key), DeclarationProblem::ReservedKey));
+            }
+            if description.trim().is_empty() {
+                return Err(fail(Some(key), DeclarationProblem::BlankDescription));
+            }
+            if description.len() > 1024 || description.chars().any(char::is_control) {
+                return Err(fail(Some(key), DeclarationProblem::MalformedDescription));
+            }
+            if keys.insert(checked, description.clone()).is_some() {
+                return Err(fail(Some(key), DeclarationProblem::DuplicateKey));
+            }
+        }
+        Ok(Declaration {
+            name: raw.name,
+            keys,
+        })
+    }
+
+    /// The contributor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The declared keys, sorted, with their descriptions.
+    pub fn keys(&self) -> impl Iterator<Item = (&DshKey, &str)> {
+        self.keys.iter().map(|(k, d)| (k, d.as_str()))
+    }
+
+    /// The declared key equal to `key`, if any.
+    pub fn declared(&self, key: &str) -> Option<&DshKey> {
+        self.keys.get_key_value(key).map(|(k, _)| k)
+    }
+
+    /// The declared key names joined by `, `, for messages.
+    pub(crate) fn key_list(&self) -> String {
+        let names: Vec<&str> = self.keys.keys().map(DshKey::as_str).collect();
+        names.join(", ")
+    }
+}
+
+/// What is wrong with the pairs a resolver returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputProblem {
+    /// A key the contributor did not declare.
+    #[error("returned undeclared key `{0}`")]
+    UndeclaredKey(String),
+    /// A key returned twice.
+    #[error("returned key `{0}` twice")]
+    DuplicateKey(String),
+    /// A value that cannot be an environment string.
+    #[error("value of `{0}` contains a NUL byte")]
+    NulInValue(String),
+    /// A value over the per-value cap.
+    #[error("value of `{key}` is {len} bytes, over the cap of {cap}")]
+    ValueTooLarge {
+        /// The key.
+        key: String,
+        /// The value's size.
+        len: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// More pairs than allowed.
+    #[error("returned {count} pairs, over the cap of {cap}")]
+    TooManyPairs {
+        /// Pairs returned.
+        count: usize,
+        /// The cap.
+        cap: usize,
+    },
+    /// More bytes in all than allowed.
+    #[error("returned {total} bytes in all, over the cap of {cap}")]
+    OutputTooLarge {
+        /// Bytes returned.
+        total: usize,
+        /// The cap.
+        cap: usize,
+    },
+}
+
+impl Declaration {
+    /// Checks one resolver's output: only declared keys, each once, with
+    /// valid values within the caps.
+    pub fn check_output(
+        &self,
+        pairs: Vec<(String, String)>,
+        limits: &Limits,
+    ) -> Result<Vec<(DshKey, String)>, OutputProblem> {
+        if pairs.len() > limits.max_pairs {
+            return Err(OutputProblem::TooManyPairs {
+                count: pairs.len(),
+                cap: limits.max_pairs,
+            });
+        }
+        let total: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if total > limits.max_output_bytes {
+            return Err(OutputProblem::OutputTooLarge {
+                total,
+                cap: limits.max_output_bytes,
+            });
+        }
+        let mut seen = BTreeSet::new();
+        let mut checked = Vec::with_capacity(pairs.len());
+        for (key, value) in pairs {
+            let Some(declared) = self.declared(&key) else {
+                return Err(OutputProblem::UndeclaredKey(key));
+            };
+            if !seen.insert(declared) {
+                return Err(OutputProblem::DuplicateKey(key));
+            }
+            if value.contains('\0') {
+                return Err(OutputProblem::NulInValue(key));
+            }
+            if value.len() > limits.max_value_bytes {
+                return Err(OutputProblem::ValueTooLarge {
+                    key,
+                    len: value.len(),
+                    cap: limits.max_value_bytes,
+                });
+            }
+            checked.push((declared.clone(), value));
+        }
+        Ok(checked)
+    }
+}

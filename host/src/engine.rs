@@ -1,0 +1,70 @@
+//! Engine policy, in one place: how guests are compiled, how instances are
+//! allocated, and how deadlines are enforced.
+
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances; deadlines are accurate to about this much.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Instances that may be alive at once (pool slots, and the concurrency cap).
+pub const MAX_LIVE_INSTANCES: u32 = 128;
+
+/// Largest linear memory any guest may have; per-contributor limits sit below it.
+pub const MAX_MEMORY_BYTES: usize = 512 << 20;
+
+/// Builds the engine: Cranelift, component model, epoch interruption, and the
+/// pooling allocator, falling back to on-demand allocation where the pool's
+/// address space cannot be reserved.
+pub fn build_engine() -> Result<Engine, wasmtime::Error> {
+    let mut config = base_config();
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(MAX_LIVE_INSTANCES)
+        .total_core_instances(MAX_LIVE_INSTANCES * 8)
+        .total_memories(MAX_LIVE_INSTANCES * 2)
+        .total_tables(MAX_LIVE_INSTANCES * 8)
+        .total_stacks(MAX_LIVE_INSTANCES)
+        .max_memory_size(MAX_MEMORY_BYTES);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let engine = match Engine::new(&config) {
+        Ok(engine) => engine,
+        Err(err) => {
+            tracing::warn!("pooling allocator unavailable ({err}); using on-demand allocation");
+            Engine::new(&base_config())?
+        }
+    };
+    start_epoch_ticker(&engine);
+    Ok(engine)
+}
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new()
+        .name("dsh-env-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+    if let Err(err) = spawned {
+        // Without a ticker, the host-side timeout still bounds every call.
+        tracing::warn!("cannot start the epoch ticker: {err}");
+    }
+}
+
+/// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.
+pub fn deadline_ticks(deadline: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_nanos();
+    (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+}

@@ -1,0 +1,30 @@
+//! dsh-env: a trusted, per-call `DSH_*` environment for the shell commands an
+//! AI coding agent runs, built from sandboxed WebAssembly contributors.
+//!
+//! The path of one execution: [`Registry::collect`] runs every registered
+//! contributor in a fresh sandboxed instance ([`sandbox`]), checks its output
+//! against its [`declaration`], and returns one immutable [`Overlay`].
+
+pub mod declaration;
+pub mod engine;
+pub mod execution;
+pub mod home;
+pub mod key;
+pub mod limits;
+pub mod overlay;
+pub mod registry;
+pub mod sandbox;
+
+pub use declaration::{
+    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
+};
+pub use execution::{Agent, Mode, ToolExecution};
+pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
+pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
+pub use limits::Limits;
+pub use overlay::Overlay;
+pub use registry::{
+    BUILTIN_OWNER, ContributorError, FailureCause, KeyListing, NativeContributor, Registration,
+    Registry, RegistryError,
+};
+pub use sandbox::{ContributorComponent, GuestFailure, LoadError, Phase};

@@ -1,0 +1,63 @@
+//! Per-contributor resource limits, with defaults that fit real guests
+//! (JS and Python contributors need tens of MiB and about a millisecond).
+
+use std::time::Duration;
+
+/// Caps applied to one contributor's `declare` and each `resolve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock deadline for one `declare` or `resolve` call.
+    pub deadline: Duration,
+    /// Linear memory one instance may grow to, in bytes.
+    pub memory_bytes: usize,
+    /// Table elements one table may grow to.
+    pub table_elements: usize,
+    /// Keys one declaration may hold.
+    pub max_keys: usize,
+    /// Pairs one `resolve` may return.
+    pub max_pairs: usize,
+    /// Bytes one value may hold.
+    pub max_value_bytes: usize,
+    /// Bytes all keys and values of one `resolve` may hold together.
+    pub max_output_bytes: usize,
+    /// Bytes of an `err(...)` message kept; the rest is cut.
+    pub max_error_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(2),
+            memory_bytes: 128 << 20,
+            table_elements: 100_000,
+            max_keys: 256,
+            max_pairs: 256,
+            max_value_bytes: 8 << 10,
+            max_output_bytes: 64 << 10,
+            max_error_bytes: 1 << 10,
+        }
+    }
+}
+
+/// Cuts `message` to at most `max` bytes on a character boundary, marking the cut.
+pub(crate) fn bounded(message: &str, max: usize) -> String {
+    if message.len() <= max {
+        return message.to_string();
+    }
+    let mut end = max;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes cut)", &message[..end], message.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn bounded_cuts_on_a_char_boundary() {
+        assert_eq!(bounded("short", 10), "short");
+        assert_eq!(bounded("ééé", 3), "é… (4 bytes cut)");
+    }
+}

@@ -1,0 +1,376 @@
+//! The registry: which contributors exist, which keys each owns, and
+//! `collect`, which turns one execution into one overlay.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::declaration::{
+    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
+};
+use crate::execution::ToolExecution;
+use crate::home::DshHome;
+use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
+use crate::limits::Limits;
+use crate::overlay::Overlay;
+use crate::sandbox::{ContributorComponent, GuestFailure, LoadError, Phase, Sandbox};
+
+/// The owner shown for dsh-env's built-in keys.
+pub const BUILTIN_OWNER: &str = "dsh-env";
+
+/// A trusted, in-process contributor: harness facts, or a benchmark baseline.
+pub trait NativeContributor: Send + Sync + 'static {
+    /// Its name and keys, checked by the same rules as a component's.
+    fn declare(&self) -> RawDeclaration;
+    /// The pairs for one execution, checked like a component's output.
+    fn resolve(&self, execution: &ToolExecution) -> Result<Vec<(String, String)>, String>;
+}
+
+/// Why a contributor failed, naming it, the phase, and the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("contributor `{contributor}`{keys} failed in {phase}: {cause}")]
+pub struct ContributorError {
+    /// The contributor (its declared name, or its origin before it declared).
+    pub contributor: String,
+    /// `declare` or `resolve`.
+    pub phase: Phase,
+    /// What went wrong.
+    pub cause: FailureCause,
+    keys: KeysNote,
+}
+
+/// The root cause of a contributor failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FailureCause {
+    /// The guest trapped, overran a limit, or returned `err`.
+    #[error(transparent)]
+    Guest(#[from] GuestFailure),
+    /// The guest's output broke a rule.
+    #[error(transparent)]
+    Output(#[from] OutputProblem),
+}
+
+/// The declared keys, so that a failure names what went missing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct KeysNote(String);
+
+impl fmt::Display for KeysNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, " (keys {})", self.0)
+        }
+    }
+}
+
+/// Why a registration was refused. A refused registration changes nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    /// The component could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// `declare` failed.
+    #[error(transparent)]
+    Contributor(#[from] ContributorError),
+    /// The declaration broke a rule.
+    #[error(transparent)]
+    Declaration(#[from] DeclarationError),
+}
+
+/// One row of [`Registry::list`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyListing {
+    /// The key.
+    pub key: DshKey,
+    /// Its owner: a contributor's name, or [`BUILTIN_OWNER`].
+    pub owner: String,
+    /// What it means.
+    pub description: String,
+}
+
+enum Resolver {
+    Wasm(ContributorComponent),
+    Native(Arc<dyn NativeContributor>),
+}
+
+struct Entry {
+    id: u64,
+    declaration: Declaration,
+    resolver: Resolver,
+    limits: Limits,
+}
+
+struct Inner {
+    sandbox: Sandbox,
+    home: DshHome,
+    /// Replaced whole on every change, so `collect` works on a stable snapshot.
+    contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
+    next_id: AtomicU64,
+}
+
+/// Registered contributors, and the engine that runs them. Cheap to clone.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+/// A live registration. Dropping it (or [`Registration::dispose`]) removes the
+/// contributor and frees its keys.
+#[must_use = "dropping a Registration unregisters the contributor"]
+pub struct Registration {
+    registry: Weak<Inner>,
+    name: String,
+    id: u64,
+}
+
+impl Registration {
+    /// The registered contributor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Removes the contributor now.
+    pub fn dispose(self) {}
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(inner) = self.registry.upgrade() {
+            inner
+                .update(|map| {
+                    if map.get(&self.name).is_some_and(|e| e.id == self.id) {
+                        map.remove(&self.name);
+                    }
+                    Ok::<(), ()>(())
+                })
+                .ok();
+        }
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> Arc<BTreeMap<String, Arc<Entry>>> {
+        self.contributors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies `change` to a copy of the map and installs it only on success.
+    fn update<E>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, Arc<Entry>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut current = self
+            .contributors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = BTreeMap::clone(&current);
+        change(&mut next)?;
+        *current = Arc::new(next);
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// An empty registry whose overlays carry `home` as `DSH_HOME`.
+    pub fn new(home: DshHome) -> Result<Self, LoadError> {
+        Ok(Registry {
+            inner: Arc::new(Inner {
+                sandbox: Sandbox::new()?,
+                home,
+                contributors: Mutex::default(),
+                next_id: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The home every overlay carries.
+    pub fn home(&self) -> &DshHome {
+        &self.inner.home
+    }
+
+    /// Compiles a component from a file.
+    pub fn load_file(&self, path: &Path) -> Result<ContributorComponent, LoadError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| LoadError {
+            origin: origin.clone(),
+            reason: e.to_string(),
+        })?;
+        self.load_bytes(&origin, &bytes)
+    }
+
+    /// Compiles a component from bytes; `origin` names it in errors.
+    pub fn load_bytes(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+    ) -> Result<ContributorComponent, LoadError> {
+        self.inner.sandbox.load(origin, bytes)
+    }
+
+    /// Calls `declare` once, in a sandbox, checks the declaration, and
+    /// registers the component.
+    pub async fn register(
+        &self,
+        component: ContributorComponent,
+    ) -> Result<Registration, RegistryError> {
+        let raw = self
+            .inner
+            .sandbox
+            .declare(&component)
+            .await
+            .map_err(|failure| ContributorError {
+                contributor: component.origin().to_string(),
+                phase: Phase::Declare,
+                cause: failure.into(),
+                keys: KeysNote::default(),
+            })?;
+        let limits = component.limits().clone();
+        self.insert(raw, Resolver::Wasm(component), limits)
+    }
+
+    /// Registers a trusted in-process contributor under the same rules.
+    pub fn register_native(
+        &self,
+        contributor: Arc<dyn NativeContributor>,
+    ) -> Result<Registration, RegistryError> {
+        let raw = contributor.declare();
+        self.insert(raw, Resolver::Native(contributor), Limits::default())
+    }
+
+    fn insert(
+        &self,
+        raw: RawDeclaration,
+        resolver: Resolver,
+        limits: Limits,
+    ) -> Result<Registration, RegistryError> {
+        let declaration = Declaration::validate(raw, &limits)?;
+        let name = declaration.name().to_string();
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(Entry {
+            id,
+            declaration,
+            resolver,
+            limits,
+        });
+        self.inner.update(|map| {
+            check_against(&entry.declaration, map)?;
+            map.insert(name.clone(), entry);
+            Ok::<(), DeclarationError>(())
+        })?;
+        Ok(Registration {
+            registry: Arc::downgrade(&self.inner),
+            name,
+            id,
+        })
+    }
+
+    /// Every key, built-ins included, sorted, with owner and description. Runs
+    /// no resolver.
+    pub fn list(&self) -> Vec<KeyListing> {
+        let builtin = |key: &str, description: &str| KeyListing {
+            key: DshKey::new(key).expect("built-in keys are valid"),
+            owner: BUILTIN_OWNER.into(),
+            description: description.into(),
+        };
+        let mut rows = vec![
+            builtin(DSH_HOME, "The harness home directory (absolute)."),
+            builtin(DSH_SHELL, "Always 1: this shell was started by dsh-env."),
+            builtin(
+                DSH_SESSION_ID,
+                "The calling agent's session id; absent for a call with no agent.",
+            ),
+        ];
+        for entry in self.inner.snapshot().values() {
+            rows.extend(
+                entry
+                    .declaration
+                    .keys()
+                    .map(|(key, description)| KeyListing {
+                        key: key.clone(),
+                        owner: entry.declaration.name().to_string(),
+                        description: description.to_string(),
+                    }),
+            );
+        }
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        rows
+    }
+
+    /// Builds the overlay for one execution: the built-ins, then every
+    /// contributor (in name order) resolved in a fresh instance. The set of
+    /// contributors is the one registered when the call starts.
+    pub async fn collect(&self, execution: &ToolExecution) -> Result<Overlay, ContributorError> {
+        let snapshot = self.inner.snapshot();
+        let mut overlay = BTreeMap::new();
+        let mut builtin = |key: &str, value: &str| {
+            overlay.insert(
+                DshKey::new(key).expect("built-in keys are valid"),
+                value.to_string(),
+            );
+        };
+        builtin(DSH_HOME, self.inner.home.as_str());
+        builtin(DSH_SHELL, "1");
+        if let Some(agent) = &execution.agent {
+            builtin(DSH_SESSION_ID, &agent.session_id);
+        }
+        for entry in snapshot.values() {
+            let fail = |cause: FailureCause| ContributorError {
+                contributor: entry.declaration.name().to_string(),
+                phase: Phase::Resolve,
+                cause,
+                keys: KeysNote(entry.declaration.key_list()),
+            };
+            let pairs = match &entry.resolver {
+                Resolver::Wasm(component) => self
+                    .inner
+                    .sandbox
+                    .resolve(component, execution)
+                    .await
+                    .map_err(|f| fail(f.into()))?,
+                Resolver::Native(native) => native
+                    .resolve(execution)
+                    .map_err(|message| fail(GuestFailure::GuestError(message).into()))?,
+            };
+            let checked = entry
+                .declaration
+                .check_output(pairs, &entry.limits)
+                .map_err(|p| fail(p.into()))?;
+            overlay.extend(checked);
+        }
+        Ok(Overlay::from(overlay))
+    }
+}
+
+/// The rules that need the other contributors: a unique name, unowned keys.
+fn check_against(
+    declaration: &Declaration,
+    registered: &BTreeMap<String, Arc<Entry>>,
+) -> Result<(), DeclarationError> {
+    let fail = |key: Option<&DshKey>, problem| DeclarationError {
+        contributor: declaration.name().to_string(),
+        key: key.map(DshKey::to_string),
+        problem,
+    };
+    if registered.contains_key(declaration.name()) {
+        return Err(fail(None, DeclarationProblem::DuplicateName));
+    }
+    for (key, _) in declaration.keys() {
+        if let Some(owner) = registered
+            .values()
+            .find(|e| e.declaration.declared(key.as_str()).is_some())
+        {
+            return Err(fail(
+                Some(key),
+                DeclarationProblem::KeyOwned {
+                    owner: owner.declaration.name().to_string(),
+                },
+            ));
+        }
+    }
+    Ok(())
+}

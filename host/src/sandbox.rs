@@ -1,0 +1,384 @@
+//! The sandbox: compiles contributor components and runs each call in a fresh
+//! instance with nothing granted (no files, env, args, network or stdio).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::declaration::RawDeclaration;
+use crate::engine;
+use crate::execution::{self, ToolExecution};
+use crate::limits::{Limits, bounded};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "contributor",
+        exports: { default: async },
+    });
+}
+
+use bindings::dsh::env::types;
+
+/// Which call of a contributor failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `declare`, at registration.
+    Declare,
+    /// `resolve`, for one execution.
+    Resolve,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Declare => "declare",
+            Phase::Resolve => "resolve",
+        })
+    }
+}
+
+/// How a guest call failed inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestFailure {
+    /// The wall-clock deadline passed.
+    #[error("deadline of {0:?} exceeded")]
+    Deadline(Duration),
+    /// Linear memory or a table would have grown past its cap.
+    #[error("{0}")]
+    ResourceLimit(String),
+    /// The wasm stack overflowed.
+    #[error("wasm stack overflow")]
+    StackOverflow,
+    /// Any other trap.
+    #[error("trap: {0}")]
+    Trap(String),
+    /// `resolve` returned `err(message)`.
+    #[error("guest error: {0}")]
+    GuestError(String),
+    /// No instance could be created.
+    #[error("cannot instantiate: {0}")]
+    Instantiate(String),
+}
+
+/// A compiled contributor component, ready to be instantiated per call.
+#[derive(Clone)]
+pub struct ContributorComponent {
+    origin: String,
+    pre: bindings::ContributorPre<GuestState>,
+    config: Arc<BTreeMap<String, String>>,
+    limits: Limits,
+}
+
+impl fmt::Debug for ContributorComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ContributorComponent")
+            .field("origin", &self.origin)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ContributorComponent {
+    /// Where the component came from (a path, or a caller's label).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The limits its calls run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The same component with `config` served by the WIT `config.get`.
+    pub fn with_config(mut self, config: BTreeMap<String, String>) -> Self {
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same component under `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot load contributor component {origin}: {reason}")]
+pub struct LoadError {
+    /// The file or label.
+    pub origin: String,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Per-instance host state: an empty WASI context and the guest's config.
+pub(crate) struct GuestState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: GuestLimiter,
+    config: Arc<BTreeMap<String, String>>,
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl bindings::dsh::env::config::Host for GuestState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config.get(&key).cloned()
+    }
+}
+
+impl types::Host for GuestState {}
+
+/// Caps memory and table growth, remembering which cap was hit.
+struct GuestLimiter {
+    memory_bytes: usize,
+    table_elements: usize,
+    hit: Option<String>,
+}
+
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            let message = format!(
+                "memory limit of {} bytes exceeded (wanted {desired})",
+                self.memory_bytes
+            );
+            self.hit = Some(message.clone());
+            return Err(wasmtime::format_err!(message));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.table_elements {
+            let message = format!(
+                "table limit of {} elements exceeded (wanted {desired})",
+                self.table_elements
+            );
+            self.hit = Some(message.clone());
+            return Err(wasmtime::format_err!(message));
+        }
+        Ok(true)
+    }
+}
+
+/// Compiles components and runs their calls, each in a fresh instance.
+pub(crate) struct Sandbox {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    /// Bounds live instances to the pool's size, so a burst waits instead of failing.
+    slots: Semaphore,
+}
+
+impl Sandbox {
+    /// An engine and a linker that provides WASI (denying everything) and `config`.
+    pub(crate) fn new() -> Result<Self, LoadError> {
+        let setup = |e: wasmtime::Error| LoadError {
+            origin: "dsh-env".into(),
+            reason: format!("engine setup failed: {e}"),
+        };
+        let engine = engine::build_engine().map_err(setup)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(setup)?;
+        bindings::Contributor::add_to_linker::<_, HasSelf<GuestState>>(&mut linker, |s| s)
+            .map_err(setup)?;
+        Ok(Sandbox {
+            engine,
+            linker,
+            slots: Semaphore::new(engine::MAX_LIVE_INSTANCES as usize),
+        })
+    }
+
+    /// Compiles `bytes` and checks that it targets the contributor world.
+    pub(crate) fn load(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+    ) -> Result<ContributorComponent, LoadError> {
+        let fail = |reason: String| LoadError {
+            origin: origin.to_string(),
+            reason,
+        };
+        if !is_component(bytes) {
+            return Err(fail(not_a_component(bytes).into()));
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| fail(format!("{e:#}")))?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(format!("{e:#}")))?;
+        let pre = bindings::ContributorPre::new(instance_pre)
+            .map_err(|e| fail(format!("not a dsh:env/contributor component: {e:#}")))?;
+        Ok(ContributorComponent {
+            origin: origin.to_string(),
+            pre,
+            config: Arc::default(),
+            limits: Limits::default(),
+        })
+    }
+
+    /// Runs `declare` in a fresh instance.
+    pub(crate) async fn declare(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, GuestFailure> {
+        let declaration = self
+            .call(component, async |guest, store| {
+                guest.call_declare(store).await
+            })
+            .await?;
+        Ok(RawDeclaration {
+            name: declaration.name,
+            keys: declaration
+                .keys
+                .into_iter()
+                .map(|k| (k.key, k.description))
+                .collect(),
+        })
+    }
+
+    /// Runs `resolve` for `execution` in a fresh instance.
+    pub(crate) async fn resolve(
+        &self,
+        component: &ContributorComponent,
+        execution: &ToolExecution,
+    ) -> Result<Vec<(String, String)>, GuestFailure> {
+        let execution = to_wit(execution);
+        let result = self
+            .call(component, async |guest, store| {
+                guest.call_resolve(store, &execution).await
+            })
+            .await?;
+        result.map_err(|message| {
+            GuestFailure::GuestError(bounded(&message, component.limits.max_error_bytes))
+        })
+    }
+
+    /// Instantiates `component` in a new store and runs `f` under its limits.
+    async fn call<R>(
+        &self,
+        component: &ContributorComponent,
+        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, GuestFailure> {
+        let limits = &component.limits;
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
+        let mut store = Store::new(
+            &self.engine,
+            GuestState {
+                wasi: WasiCtx::builder().build(),
+                table: ResourceTable::new(),
+                limiter: GuestLimiter {
+                    memory_bytes: limits.memory_bytes,
+                    table_elements: limits.table_elements,
+                    hit: None,
+                },
+                config: component.config.clone(),
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+        store.epoch_deadline_trap();
+
+        let run = async {
+            let guest = component
+                .pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(|e| (e, true))?;
+            f(&guest, &mut store).await.map_err(|e| (e, false))
+        };
+        // The epoch stops running wasm; this timeout also stops a guest that
+        // waits in a host call (e.g. a WASI sleep).
+        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        match outcome {
+            Err(_) => Err(GuestFailure::Deadline(limits.deadline)),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err((err, instantiating))) => Err(classify(
+                err,
+                store.data().limiter.hit.clone(),
+                limits,
+                instantiating,
+            )),
+        }
+    }
+}
+
+/// Maps a wasmtime error to the failure a user can act on.
+fn classify(
+    err: wasmtime::Error,
+    limit_hit: Option<String>,
+    limits: &Limits,
+    instantiating: bool,
+) -> GuestFailure {
+    if let Some(message) = limit_hit {
+        return GuestFailure::ResourceLimit(message);
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
+        Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
+        Some(trap) => GuestFailure::Trap(trap.to_string()),
+        None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
+        None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
+    }
+}
+
+/// Whether `bytes` carries the component-model layer in its wasm header.
+fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [0x01, 0x00]
+}
+
+/// Names what non-component bytes are, for the load error.
+fn not_a_component(bytes: &[u8]) -> &'static str {
+    if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x01, 0, 0, 0] {
+        "this is a core wasm module, not a component (componentize it for dsh:env/contributor)"
+    } else {
+        "not a WebAssembly component (bad magic header)"
+    }
+}
+
+fn to_wit(execution: &ToolExecution) -> bindings::Execution {
+    bindings::Execution {
+        call_id: execution.call_id.clone(),
+        root_call_id: execution.root_call_id.clone(),
+        tool: execution.tool.clone(),
+        mode: match execution.mode {
+            execution::Mode::Foreground => types::Mode::Foreground,
+            execution::Mode::Background => types::Mode::Background,
+        },
+        agent: execution.agent.as_ref().map(|agent| types::Agent {
+            session_id: agent.session_id.clone(),
+            cwd: agent.cwd.clone(),
+            parent_session_id: agent.parent_session_id.clone(),
+            depth: agent.depth,
+        }),
+    }
+}
