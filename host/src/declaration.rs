@@ -97,49 +97,59 @@ impl fmt::Display for DeclarationError {
 }
 
 impl Declaration {
-    /// Checks a raw declaration against every rule that needs no other contributor.
+    /// Checks a raw declaration against every rule that needs no other
+    /// contributor; the error is the first problem found.
     pub fn validate(raw: RawDeclaration, limits: &Limits) -> Result<Self, DeclarationError> {
-        let fail = |key: Option<&str>, problem| DeclarationError {
-            contributor: raw.name.clone(),
-            key: key.map(str::to_string),
-            problem,
+        match Self::problems(&raw, limits).into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(Declaration {
+                keys: raw
+                    .keys
+                    .into_iter()
+                    .filter_map(|(key, description)| Some((DshKey::new(key).ok()?, description)))
+                    .collect(),
+                name: raw.name,
+            }),
+        }
+    }
+
+    /// Every rule `raw` breaks, in declaration order (empty when it is sound).
+    pub fn problems(raw: &RawDeclaration, limits: &Limits) -> Vec<DeclarationError> {
+        let mut found = Vec::new();
+        let mut fail = |key: Option<&str>, problem| {
+            found.push(DeclarationError {
+                contributor: raw.name.clone(),
+                key: key.map(str::to_string),
+                problem,
+            })
         };
         if raw.name.trim().is_empty() {
-            return Err(fail(None, DeclarationProblem::BlankName));
-        }
-        if raw.name.len() > 128 || raw.name.chars().any(char::is_control) {
-            return Err(fail(None, DeclarationProblem::MalformedName));
+            fail(None, DeclarationProblem::BlankName);
+        } else if raw.name.len() > 128 || raw.name.chars().any(char::is_control) {
+            fail(None, DeclarationProblem::MalformedName);
         }
         if raw.keys.len() > limits.max_keys {
-            return Err(fail(
-                None,
-                DeclarationProblem::TooManyKeys {
-                    count: raw.keys.len(),
-                    cap: limits.max_keys,
-                },
-            ));
+            let (count, cap) = (raw.keys.len(), limits.max_keys);
+            fail(None, DeclarationProblem::TooManyKeys { count, cap });
+            return found;
         }
-        let mut keys = BTreeMap::new();
+        let mut seen = BTreeSet::new();
         for (key, description) in &raw.keys {
-            let checked = DshKey::new(key.as_str())
-                .map_err(|e| fail(Some(key), DeclarationProblem::MalformedKey(e)))?;
-            if checked.is_reserved() {
-                return Err(fail(Some(key), DeclarationProblem::ReservedKey));
+            match DshKey::new(key.as_str()) {
+                Err(e) => fail(Some(key), DeclarationProblem::MalformedKey(e)),
+                Ok(checked) if checked.is_reserved() => {
+                    fail(Some(key), DeclarationProblem::ReservedKey)
+                }
+                Ok(_) if !seen.insert(key) => fail(Some(key), DeclarationProblem::DuplicateKey),
+                Ok(_) => {}
             }
             if description.trim().is_empty() {
-                return Err(fail(Some(key), DeclarationProblem::BlankDescription));
-            }
-            if description.len() > 1024 || description.chars().any(char::is_control) {
-                return Err(fail(Some(key), DeclarationProblem::MalformedDescription));
-            }
-            if keys.insert(checked, description.clone()).is_some() {
-                return Err(fail(Some(key), DeclarationProblem::DuplicateKey));
+                fail(Some(key), DeclarationProblem::BlankDescription);
+            } else if description.len() > 1024 || description.chars().any(char::is_control) {
+                fail(Some(key), DeclarationProblem::MalformedDescription);
             }
         }
-        Ok(Declaration {
-            name: raw.name,
-            keys,
-        })
+        found
     }
 
     /// The contributor's name.

@@ -21,7 +21,11 @@ pub fn build_engine() -> Result<Engine, wasmtime::Error> {
     let mut config = base_config();
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(MAX_LIVE_INSTANCES)
-        .total_core_instances(MAX_LIVE_INSTANCES * 8)
+        // A componentize-py guest instantiates 14 core modules, JS 3, Rust 3,
+        // C 2. Capping each component at 32 (a bigger one fails to load) keeps
+        // the total enough for every live instance.
+        .max_core_instances_per_component(32)
+        .total_core_instances(MAX_LIVE_INSTANCES * 32)
         .total_memories(MAX_LIVE_INSTANCES * 2)
         .total_tables(MAX_LIVE_INSTANCES * 8)
         .total_stacks(MAX_LIVE_INSTANCES)

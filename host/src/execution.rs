@@ -64,3 +64,109 @@ impl ToolExecution {
         self
     }
 }
+
+/// Why an execution JSON document was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid execution JSON: {0}")]
+pub struct ExecutionJsonError(#[from] serde_json::Error);
+
+/// The reference harness's `ToolExecution` JSON shape. Only the fields below
+/// are read; `arguments` (including any `env` or `stdin` in it) never reaches
+/// a contributor.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExecutionJson {
+    call_id: String,
+    root_call_id: Option<String>,
+    name: String,
+    #[serde(default)]
+    background: bool,
+    agent: Option<AgentJson>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentJson {
+    session: SessionJson,
+    #[serde(default)]
+    depth: u32,
+}
+
+#[derive(serde::Deserialize)]
+struct SessionJson {
+    header: HeaderJson,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeaderJson {
+    id: String,
+    cwd: String,
+    parent_id: Option<String>,
+}
+
+impl ToolExecution {
+    /// Parses the reference harness's execution JSON:
+    /// `{"callId", "rootCallId", "name", "arguments", "background",
+    /// "agent": {"session": {"header": {"id", "cwd", "parentId"?}}, "depth"?}}`.
+    pub fn from_json(text: &str) -> Result<Self, ExecutionJsonError> {
+        let json: ExecutionJson = serde_json::from_str(text)?;
+        Ok(ToolExecution {
+            root_call_id: json.root_call_id.unwrap_or_else(|| json.call_id.clone()),
+            call_id: json.call_id,
+            tool: json.name,
+            mode: if json.background {
+                Mode::Background
+            } else {
+                Mode::Foreground
+            },
+            agent: json.agent.map(|agent| Agent {
+                session_id: agent.session.header.id,
+                cwd: agent.session.header.cwd,
+                parent_session_id: agent.session.header.parent_id,
+                depth: agent.depth,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_reference_harness_shape() {
+        let text = r#"{"callId":"c2","rootCallId":"c1","name":"bash",
+            "arguments":{"command":"env","env":{"DSH_X":"1"},"stdin":"secret"},
+            "background":true,
+            "agent":{"session":{"header":{"id":"s1","cwd":"/w","parentId":"s0"}},"depth":1}}"#;
+        let execution = ToolExecution::from_json(text).unwrap();
+        assert_eq!(
+            execution,
+            ToolExecution {
+                call_id: "c2".into(),
+                root_call_id: "c1".into(),
+                tool: "bash".into(),
+                mode: Mode::Background,
+                agent: Some(Agent {
+                    session_id: "s1".into(),
+                    cwd: "/w".into(),
+                    parent_session_id: Some("s0".into()),
+                    depth: 1,
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn minimal_execution_has_no_agent_and_is_its_own_root() {
+        let execution = ToolExecution::from_json(r#"{"callId":"c","name":"bash"}"#).unwrap();
+        assert_eq!(execution, ToolExecution::new("c", "bash"));
+    }
+
+    #[test]
+    fn malformed_json_names_the_problem() {
+        let err = ToolExecution::from_json(r#"{"name":"bash"}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field `callId`"), "{err}");
+    }
+}

@@ -5,26 +5,33 @@
 //! contributor in a fresh sandboxed instance ([`sandbox`]), checks its output
 //! against its [`declaration`], and returns one immutable [`Overlay`].
 
+pub mod cache;
 pub mod declaration;
 pub mod engine;
 pub mod execution;
+pub mod executor;
 pub mod home;
 pub mod key;
 pub mod limits;
+pub mod manifest;
 pub mod overlay;
 pub mod registry;
 pub mod sandbox;
+pub mod tool;
 
+pub use cache::ArtifactCache;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
 pub use execution::{Agent, Mode, ToolExecution};
+pub use executor::{ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
 pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::Limits;
+pub use manifest::{Manifest, ManifestError, OnError};
 pub use overlay::Overlay;
 pub use registry::{
-    BUILTIN_OWNER, ContributorError, FailureCause, KeyListing, NativeContributor, Registration,
-    Registry, RegistryError,
+    BUILTIN_OWNER, Collection, ContributorError, FailureCause, KeyListing, NativeContributor,
+    Registration, Registry, RegistryError,
 };
 pub use sandbox::{ContributorComponent, GuestFailure, LoadError, Phase};

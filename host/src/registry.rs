@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::cache::ArtifactCache;
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
@@ -14,6 +15,7 @@ use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
+use crate::manifest::{Manifest, OnError};
 use crate::overlay::Overlay;
 use crate::sandbox::{ContributorComponent, GuestFailure, LoadError, Phase, Sandbox};
 
@@ -78,6 +80,25 @@ pub enum RegistryError {
     /// The declaration broke a rule.
     #[error(transparent)]
     Declaration(#[from] DeclarationError),
+    /// A manifest entry's limits are invalid.
+    #[error("manifest {manifest}, contributor {entry}: {message}")]
+    ManifestLimits {
+        /// The manifest file.
+        manifest: String,
+        /// The entry's `path`.
+        entry: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// An overlay, and the contributors left out of it under `on_error = "omit"`.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    /// The overlay.
+    pub overlay: Overlay,
+    /// Failures that were omitted rather than failing the execution.
+    pub omitted: Vec<ContributorError>,
 }
 
 /// One row of [`Registry::list`].
@@ -101,11 +122,13 @@ struct Entry {
     declaration: Declaration,
     resolver: Resolver,
     limits: Limits,
+    on_error: OnError,
 }
 
 struct Inner {
     sandbox: Sandbox,
     home: DshHome,
+    cache: ArtifactCache,
     /// Replaced whole on every change, so `collect` works on a stable snapshot.
     contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
     next_id: AtomicU64,
@@ -176,11 +199,13 @@ impl Inner {
 }
 
 impl Registry {
-    /// An empty registry whose overlays carry `home` as `DSH_HOME`.
+    /// An empty registry whose overlays carry `home` as `DSH_HOME`, and which
+    /// keeps precompiled components under `home/cache`.
     pub fn new(home: DshHome) -> Result<Self, LoadError> {
         Ok(Registry {
             inner: Arc::new(Inner {
                 sandbox: Sandbox::new()?,
+                cache: ArtifactCache::new(home.path().join("cache")),
                 home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -203,13 +228,44 @@ impl Registry {
         self.load_bytes(&origin, &bytes)
     }
 
-    /// Compiles a component from bytes; `origin` names it in errors.
+    /// Compiles a component from bytes (or takes it from the cache); `origin`
+    /// names it in errors.
     pub fn load_bytes(
         &self,
         origin: &str,
         bytes: &[u8],
     ) -> Result<ContributorComponent, LoadError> {
-        self.inner.sandbox.load(origin, bytes)
+        self.inner.sandbox.load(origin, bytes, &self.inner.cache)
+    }
+
+    /// The precompiled-artifact cache.
+    pub fn cache(&self) -> &ArtifactCache {
+        &self.inner.cache
+    }
+
+    /// Registers every contributor of `manifest`, all or nothing: on the
+    /// first failure, the ones already registered are removed again.
+    pub async fn register_manifest(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<Vec<Registration>, RegistryError> {
+        let mut registrations = Vec::with_capacity(manifest.contributors.len());
+        for entry in &manifest.contributors {
+            let limits = entry
+                .limits()
+                .map_err(|message| RegistryError::ManifestLimits {
+                    manifest: manifest.origin.clone(),
+                    entry: entry.path.display().to_string(),
+                    message,
+                })?;
+            let component = self
+                .load_file(&manifest.component_path(entry))?
+                .with_config(entry.config.clone())
+                .with_limits(limits)
+                .with_on_error(entry.on_error);
+            registrations.push(self.register(component).await?);
+        }
+        Ok(registrations)
     }
 
     /// Calls `declare` once, in a sandbox, checks the declaration, and
@@ -218,19 +274,44 @@ impl Registry {
         &self,
         component: ContributorComponent,
     ) -> Result<Registration, RegistryError> {
-        let raw = self
-            .inner
+        let raw = self.declare(&component).await?;
+        let (limits, on_error) = (component.limits().clone(), component.on_error());
+        self.insert(raw, Resolver::Wasm(component), limits, on_error)
+    }
+
+    /// Runs `declare` and reports every rule the declaration breaks, alone
+    /// and against the registered contributors, without registering it.
+    pub async fn check(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<(RawDeclaration, Vec<DeclarationError>), ContributorError> {
+        let raw = self.declare(component).await?;
+        let mut problems = Declaration::problems(&raw, component.limits());
+        if problems.is_empty() {
+            let declaration = Declaration::validate(raw.clone(), component.limits());
+            if let Err(conflict) =
+                declaration.and_then(|d| check_against(&d, &self.inner.snapshot()))
+            {
+                problems.push(conflict);
+            }
+        }
+        Ok((raw, problems))
+    }
+
+    async fn declare(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, ContributorError> {
+        self.inner
             .sandbox
-            .declare(&component)
+            .declare(component)
             .await
             .map_err(|failure| ContributorError {
                 contributor: component.origin().to_string(),
                 phase: Phase::Declare,
                 cause: failure.into(),
                 keys: KeysNote::default(),
-            })?;
-        let limits = component.limits().clone();
-        self.insert(raw, Resolver::Wasm(component), limits)
+            })
     }
 
     /// Registers a trusted in-process contributor under the same rules.
@@ -239,7 +320,12 @@ impl Registry {
         contributor: Arc<dyn NativeContributor>,
     ) -> Result<Registration, RegistryError> {
         let raw = contributor.declare();
-        self.insert(raw, Resolver::Native(contributor), Limits::default())
+        self.insert(
+            raw,
+            Resolver::Native(contributor),
+            Limits::default(),
+            OnError::Fail,
+        )
     }
 
     fn insert(
@@ -247,6 +333,7 @@ impl Registry {
         raw: RawDeclaration,
         resolver: Resolver,
         limits: Limits,
+        on_error: OnError,
     ) -> Result<Registration, RegistryError> {
         let declaration = Declaration::validate(raw, &limits)?;
         let name = declaration.name().to_string();
@@ -256,6 +343,7 @@ impl Registry {
             declaration,
             resolver,
             limits,
+            on_error,
         });
         self.inner.update(|map| {
             check_against(&entry.declaration, map)?;
@@ -305,6 +393,16 @@ impl Registry {
     /// contributor (in name order) resolved in a fresh instance. The set of
     /// contributors is the one registered when the call starts.
     pub async fn collect(&self, execution: &ToolExecution) -> Result<Overlay, ContributorError> {
+        Ok(self.collect_report(execution).await?.overlay)
+    }
+
+    /// [`Registry::collect`], also reporting the contributors that failed
+    /// under `on_error = "omit"` and were left out.
+    pub async fn collect_report(
+        &self,
+        execution: &ToolExecution,
+    ) -> Result<Collection, ContributorError> {
+        let mut omitted = Vec::new();
         let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
         let mut builtin = |key: &str, value: &str| {
@@ -326,23 +424,32 @@ impl Registry {
                 keys: KeysNote(entry.declaration.key_list()),
             };
             let pairs = match &entry.resolver {
-                Resolver::Wasm(component) => self
-                    .inner
-                    .sandbox
-                    .resolve(component, execution)
-                    .await
-                    .map_err(|f| fail(f.into()))?,
-                Resolver::Native(native) => native
-                    .resolve(execution)
-                    .map_err(|message| fail(GuestFailure::GuestError(message).into()))?,
+                Resolver::Wasm(component) => self.inner.sandbox.resolve(component, execution).await,
+                Resolver::Native(native) => {
+                    native.resolve(execution).map_err(GuestFailure::GuestError)
+                }
             };
-            let checked = entry
-                .declaration
-                .check_output(pairs, &entry.limits)
-                .map_err(|p| fail(p.into()))?;
-            overlay.extend(checked);
+            let checked = pairs
+                .map_err(FailureCause::from)
+                .and_then(|pairs| {
+                    (entry.declaration)
+                        .check_output(pairs, &entry.limits)
+                        .map_err(FailureCause::from)
+                })
+                .map_err(fail);
+            match (checked, entry.on_error) {
+                (Ok(checked), _) => overlay.extend(checked),
+                (Err(err), OnError::Omit) => {
+                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                    omitted.push(err);
+                }
+                (Err(err), OnError::Fail) => return Err(err),
+            }
         }
-        Ok(Overlay::from(overlay))
+        Ok(Collection {
+            overlay: Overlay::from(overlay),
+            omitted,
+        })
     }
 }
 

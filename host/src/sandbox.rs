@@ -11,10 +11,12 @@ use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::cache::ArtifactCache;
 use crate::declaration::RawDeclaration;
 use crate::engine;
 use crate::execution::{self, ToolExecution};
 use crate::limits::{Limits, bounded};
+use crate::manifest::OnError;
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -74,6 +76,8 @@ pub struct ContributorComponent {
     pre: bindings::ContributorPre<GuestState>,
     config: Arc<BTreeMap<String, String>>,
     limits: Limits,
+    on_error: OnError,
+    imports: Arc<[String]>,
 }
 
 impl fmt::Debug for ContributorComponent {
@@ -81,6 +85,7 @@ impl fmt::Debug for ContributorComponent {
         f.debug_struct("ContributorComponent")
             .field("origin", &self.origin)
             .field("limits", &self.limits)
+            .field("on_error", &self.on_error)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +94,11 @@ impl ContributorComponent {
     /// Where the component came from (a path, or a caller's label).
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// The names of the interfaces the component imports.
+    pub fn imports(&self) -> &[String] {
+        &self.imports
     }
 
     /// The limits its calls run under.
@@ -105,6 +115,17 @@ impl ContributorComponent {
     /// The same component under `limits`.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// What a failure of this contributor does to an execution.
+    pub fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
+    /// The same component with failure policy `on_error`.
+    pub fn with_on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
         self
     }
 }
@@ -219,6 +240,7 @@ impl Sandbox {
         &self,
         origin: &str,
         bytes: &[u8],
+        cache: &ArtifactCache,
     ) -> Result<ContributorComponent, LoadError> {
         let fail = |reason: String| LoadError {
             origin: origin.to_string(),
@@ -227,7 +249,14 @@ impl Sandbox {
         if !is_component(bytes) {
             return Err(fail(not_a_component(bytes).into()));
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| fail(format!("{e:#}")))?;
+        let component: Component = cache
+            .load_or_compile(&self.engine, bytes)
+            .map_err(|e| fail(format!("{e:#}")))?;
+        let imports = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
@@ -239,6 +268,8 @@ impl Sandbox {
             pre,
             config: Arc::default(),
             limits: Limits::default(),
+            on_error: OnError::default(),
+            imports,
         })
     }
 

@@ -10,11 +10,12 @@
 //!   `err:<message>`; anything else returns `pairs`;
 //! - `pairs`: returned pairs, `KEY=value` entries separated by `|`. In a value,
 //!   `{session}` becomes the agent's session id (or `none`), `{call}` the call
-//!   id, `{count}` how many times this instance has resolved, and `\0` a NUL.
+//!   id, `{mode}` `foreground` or `background`, `{count}` how many times this
+//!   instance has resolved, and `\0` a NUL.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use dsh_env_guest::{Contributor, Declaration, Execution, config, export_contributor};
+use dsh_env_guest::{Contributor, Declaration, Execution, Mode, config, export_contributor};
 
 struct Puppet;
 
@@ -66,11 +67,16 @@ impl Contributor for Puppet {
             .agent
             .as_ref()
             .map_or("none", |agent| agent.session_id.as_str());
+        let mode = match execution.mode {
+            Mode::Foreground => "foreground",
+            Mode::Background => "background",
+        };
         Ok(entries(&config("pairs").unwrap_or_default())
             .map(|(key, value)| {
                 let value = value
                     .replace("{session}", session)
                     .replace("{call}", &execution.call_id)
+                    .replace("{mode}", mode)
                     .replace("{count}", &count.to_string())
                     .replace("\\0", "\0");
                 (key.to_string(), value)

@@ -1,0 +1,282 @@
+//! The manifest: which contributors to register, with their config, limits,
+//! grants and failure policy. TOML; unknown fields are errors.
+//!
+//! ```toml
+//! home = "~/.dsh"                 # optional
+//!
+//! [[contributor]]
+//! path = "agent_lineage.wasm"     # relative to this file
+//! on_error = "fail"               # or "omit"; default "fail"
+//!
+//! [contributor.config]            # served by the WIT `config.get`
+//! base_url = "https://example.test/sessions"
+//!
+//! [contributor.limits]
+//! deadline_ms = 500
+//! memory_mib = 64
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limits::Limits;
+
+/// What happens to an execution when a contributor fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// The collection fails, naming the contributor; the command does not run.
+    #[default]
+    Fail,
+    /// The contributor's keys are left out of this execution, with a warning.
+    Omit,
+}
+
+/// A parsed manifest.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The harness home, if the manifest sets one.
+    pub home: Option<String>,
+    /// The contributors, in file order.
+    #[serde(default, rename = "contributor")]
+    pub contributors: Vec<ContributorEntry>,
+    /// The directory relative paths are resolved against.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// The file it was read from (for messages).
+    #[serde(skip)]
+    pub origin: String,
+}
+
+/// One `[[contributor]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContributorEntry {
+    /// The component file.
+    pub path: PathBuf,
+    /// Static configuration, served by `config.get`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Failure policy.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Overrides of the default limits.
+    #[serde(default)]
+    pub limits: LimitsEntry,
+}
+
+/// `[contributor.limits]`: every field optional, defaults from [`Limits`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsEntry {
+    /// Deadline per call, in milliseconds.
+    pub deadline_ms: Option<u64>,
+    /// Linear memory cap, in MiB.
+    pub memory_mib: Option<usize>,
+    /// Keys per declaration.
+    pub max_keys: Option<usize>,
+    /// Pairs per resolve.
+    pub max_pairs: Option<usize>,
+    /// Bytes per value.
+    pub max_value_bytes: Option<usize>,
+    /// Bytes per resolve, keys and values together.
+    pub max_output_bytes: Option<usize>,
+    /// Bytes of an `err(...)` message kept.
+    pub max_error_bytes: Option<usize>,
+}
+
+/// Why a manifest could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The file could not be read.
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown fields.
+    #[error("invalid manifest {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What and where (line and column).
+        message: String,
+    },
+    /// A limit is out of range.
+    #[error("invalid manifest {path}: contributor {path_in_manifest}: {message}")]
+    Limit {
+        /// The file.
+        path: String,
+        /// The contributor entry's `path`.
+        path_in_manifest: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Manifest {
+    /// Reads and parses the manifest at `path`.
+    pub fn from_file(path: &Path) -> Result<Self, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, &path.display().to_string(), base_dir)
+    }
+
+    /// Parses manifest text; `origin` names it in errors, `base_dir` anchors paths.
+    pub fn parse(text: &str, origin: &str, base_dir: PathBuf) -> Result<Self, ManifestError> {
+        let mut manifest: Manifest = toml::from_str(text).map_err(|e| ManifestError::Parse {
+            path: origin.to_string(),
+            message: describe_toml_error(text, &e),
+        })?;
+        manifest.base_dir = base_dir;
+        manifest.origin = origin.to_string();
+        for entry in &manifest.contributors {
+            entry.limits().map_err(|message| ManifestError::Limit {
+                path: origin.to_string(),
+                path_in_manifest: entry.path.display().to_string(),
+                message,
+            })?;
+        }
+        Ok(manifest)
+    }
+
+    /// The absolute (or cwd-relative) path of a contributor's component.
+    pub fn component_path(&self, entry: &ContributorEntry) -> PathBuf {
+        self.base_dir.join(&entry.path)
+    }
+}
+
+impl ContributorEntry {
+    /// The default limits with this entry's overrides applied.
+    pub fn limits(&self) -> Result<Limits, String> {
+        let spec = &self.limits;
+        let mut limits = Limits::default();
+        let invalid = |message: &str| message.to_string();
+        if let Some(ms) = spec.deadline_ms {
+            if ms == 0 {
+                return Err(invalid("limits.deadline_ms must be at least 1"));
+            }
+            limits.deadline = Duration::from_millis(ms);
+        }
+        if let Some(mib) = spec.memory_mib {
+            if mib == 0 || mib > crate::engine::MAX_MEMORY_BYTES >> 20 {
+                return Err(invalid(&format!(
+                    "limits.memory_mib must be from 1 to {}",
+                    crate::engine::MAX_MEMORY_BYTES >> 20
+                )));
+            }
+            limits.memory_bytes = mib << 20;
+        }
+        let caps = [
+            (spec.max_keys, &mut limits.max_keys),
+            (spec.max_pairs, &mut limits.max_pairs),
+            (spec.max_value_bytes, &mut limits.max_value_bytes),
+            (spec.max_output_bytes, &mut limits.max_output_bytes),
+            (spec.max_error_bytes, &mut limits.max_error_bytes),
+        ];
+        for (value, slot) in caps {
+            if let Some(value) = value {
+                *slot = value;
+            }
+        }
+        Ok(limits)
+    }
+}
+
+/// The TOML error with its line and column, on one line.
+fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim();
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(text, "m.toml", PathBuf::from("/base"))
+    }
+
+    #[test]
+    fn parses_a_full_manifest() {
+        let manifest = parse(
+            r#"
+home = "~/h"
+[[contributor]]
+path = "a.wasm"
+on_error = "omit"
+[contributor.config]
+base_url = "https://x.test"
+[contributor.limits]
+deadline_ms = 250
+memory_mib = 32
+
+[[contributor]]
+path = "/abs/b.wasm"
+"#,
+        )
+        .unwrap();
+        assert_eq!(manifest.home.as_deref(), Some("~/h"));
+        let [a, b] = &manifest.contributors[..] else {
+            panic!("two entries")
+        };
+        assert_eq!(manifest.component_path(a), PathBuf::from("/base/a.wasm"));
+        assert_eq!(manifest.component_path(b), PathBuf::from("/abs/b.wasm"));
+        assert_eq!(a.on_error, OnError::Omit);
+        assert_eq!(b.on_error, OnError::Fail);
+        assert_eq!(a.config["base_url"], "https://x.test");
+        let limits = a.limits().unwrap();
+        assert_eq!(
+            (limits.deadline, limits.memory_bytes),
+            (Duration::from_millis(250), 32 << 20)
+        );
+        assert_eq!(b.limits().unwrap(), Limits::default());
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_with_file_and_line() {
+        let err = parse("[[contributor]]\npath = \"a.wasm\"\ncolour = \"blue\"\n").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message
+                .starts_with("invalid manifest m.toml: line 3, column 1: unknown field `colour`"),
+            "{message}"
+        );
+        let err = parse("homes = \"x\"\n").unwrap_err().to_string();
+        assert!(
+            err.contains("line 1") && err.contains("unknown field `homes`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        let err = parse("[[contributor]]\npath = \"a.wasm\"\non_error = \"ignore\"\n").unwrap_err();
+        assert!(err.to_string().contains("line 3"), "{err}");
+        let err =
+            parse("[[contributor]]\npath = \"a.wasm\"\n[contributor.limits]\nmemory_mib = 0\n")
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("limits.memory_mib must be from 1 to 512"),
+            "{err}"
+        );
+    }
+}

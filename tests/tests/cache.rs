@@ -1,0 +1,99 @@
+//! The precompiled-artifact cache: compile once, recompile cleanly on a
+//! changed file or a corrupt entry.
+
+use std::path::PathBuf;
+
+use dsh_env::{DshHome, Registry};
+use dsh_env_tests::{agent_call, artifacts};
+
+fn entries(registry: &Registry) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
+        .map(|dir| dir.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
+async fn depth_of(registry: &Registry, path: &str) -> Option<String> {
+    let component = registry.load_file(path.as_ref()).unwrap();
+    let _registration = registry.register(component).await.unwrap();
+    let execution = agent_call("c", "s");
+    registry
+        .collect(&execution)
+        .await
+        .unwrap()
+        .get("DSH_AGENT_DEPTH")
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn each_component_is_compiled_once_and_a_corrupt_entry_is_replaced() {
+    let home = tempfile::tempdir().unwrap();
+    let registry = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    assert!(entries(&registry).is_empty());
+
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    let first = entries(&registry);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let artifact = std::fs::read(&first[0]).unwrap();
+
+    // A second registry (a new process, in effect) reuses the entry as it is.
+    let again = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    assert_eq!(
+        depth_of(&again, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(entries(&again), first);
+    assert_eq!(std::fs::read(&first[0]).unwrap(), artifact);
+
+    // A corrupt entry is recompiled and rewritten, not loaded.
+    let mut corrupt = artifact.clone();
+    let middle = corrupt.len() / 2;
+    corrupt[middle] ^= 0xff;
+    std::fs::write(&first[0], &corrupt).unwrap();
+    let third = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    assert_eq!(
+        depth_of(&third, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        std::fs::read(&first[0]).unwrap(),
+        artifact,
+        "the entry was rewritten"
+    );
+
+    // A truncated entry too.
+    std::fs::write(&first[0], &artifact[..10]).unwrap();
+    let fourth = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    assert_eq!(
+        depth_of(&fourth, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(std::fs::read(&first[0]).unwrap(), artifact);
+}
+
+#[tokio::test]
+async fn a_changed_file_gets_its_own_entry() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("contributor.wasm");
+    let registry = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+
+    std::fs::copy(artifacts::AGENT_LINEAGE, &path).unwrap();
+    assert_eq!(
+        depth_of(&registry, path.to_str().unwrap()).await.as_deref(),
+        Some("0")
+    );
+    std::fs::copy(artifacts::CALL_TRACE, &path).unwrap();
+    assert_eq!(
+        depth_of(&registry, path.to_str().unwrap()).await,
+        None,
+        "the new file's code runs"
+    );
+    assert_eq!(entries(&registry).len(), 2);
+}
