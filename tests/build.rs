@@ -15,6 +15,7 @@ const GUESTS: &[(&str, &str, &str)] = &[
         "contributors/agent-lineage",
     ),
     ("CALL_TRACE", "call-trace", "contributors/call-trace"),
+    ("GIT_CONTEXT", "git-context", "contributors/git-context"),
     ("PUPPET", "puppet", "tests/guests/puppet"),
 ];
 

@@ -228,13 +228,6 @@ impl Declaration {
                 cap: limits.max_pairs,
             });
         }
-        let total: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if total > limits.max_output_bytes {
-            return Err(OutputProblem::OutputTooLarge {
-                total,
-                cap: limits.max_output_bytes,
-            });
-        }
         let mut seen = BTreeSet::new();
         let mut checked = Vec::with_capacity(pairs.len());
         for (key, value) in pairs {
@@ -255,6 +248,16 @@ impl Declaration {
                 });
             }
             checked.push((declared.clone(), value));
+        }
+        let total: usize = checked
+            .iter()
+            .map(|(k, v)| k.as_str().len() + v.len())
+            .sum();
+        if total > limits.max_output_bytes {
+            return Err(OutputProblem::OutputTooLarge {
+                total,
+                cap: limits.max_output_bytes,
+            });
         }
         Ok(checked)
     }

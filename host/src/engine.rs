@@ -14,6 +14,10 @@ pub const MAX_LIVE_INSTANCES: u32 = 128;
 /// Largest linear memory any guest may have; per-contributor limits sit below it.
 pub const MAX_MEMORY_BYTES: usize = 512 << 20;
 
+/// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
+/// an engine setting, so it is the same for every contributor.
+pub const MAX_WASM_STACK: usize = 512 << 10;
+
 /// Builds the engine: Cranelift, component model, epoch interruption, and the
 /// pooling allocator, falling back to on-demand allocation where the pool's
 /// address space cannot be reserved.
@@ -46,6 +50,10 @@ fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    // Fuel is metered always (no measurable cost here); a store without a
+    // budget gets u64::MAX.
+    config.consume_fuel(true);
+    config.max_wasm_stack(MAX_WASM_STACK);
     config
 }
 

@@ -10,6 +10,7 @@ pub mod declaration;
 pub mod engine;
 pub mod execution;
 pub mod executor;
+mod guest_output;
 pub mod home;
 pub mod key;
 pub mod limits;

@@ -22,6 +22,10 @@ pub struct Limits {
     pub max_output_bytes: usize,
     /// Bytes of an `err(...)` message kept; the rest is cut.
     pub max_error_bytes: usize,
+    /// Instructions (wasmtime fuel) one call may use; `None` for no budget.
+    pub fuel: Option<u64>,
+    /// Bytes of guest stdout and of stderr kept for the log, per call.
+    pub max_log_bytes: usize,
 }
 
 impl Default for Limits {
@@ -35,6 +39,8 @@ impl Default for Limits {
             max_value_bytes: 8 << 10,
             max_output_bytes: 64 << 10,
             max_error_bytes: 1 << 10,
+            fuel: None,
+            max_log_bytes: 4 << 10,
         }
     }
 }

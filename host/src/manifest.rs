@@ -14,6 +14,10 @@
 //! [contributor.limits]
 //! deadline_ms = 500
 //! memory_mib = 64
+//!
+//! [contributor.grants]
+//! env = ["GITHUB_REPOSITORY"]     # copied from the host, by name
+//! cwd = "read"                    # the agent's cwd, read-only
 //! ```
 
 use std::collections::BTreeMap;
@@ -67,6 +71,9 @@ pub struct ContributorEntry {
     /// Overrides of the default limits.
     #[serde(default)]
     pub limits: LimitsEntry,
+    /// What the contributor may see.
+    #[serde(default)]
+    pub grants: GrantsEntry,
 }
 
 /// `[contributor.limits]`: every field optional, defaults from [`Limits`].
@@ -87,6 +94,32 @@ pub struct LimitsEntry {
     pub max_output_bytes: Option<usize>,
     /// Bytes of an `err(...)` message kept.
     pub max_error_bytes: Option<usize>,
+    /// Fuel (instruction budget) per call.
+    pub fuel: Option<u64>,
+    /// Bytes of guest stdout/stderr kept for the log, per stream.
+    pub max_log_bytes: Option<usize>,
+}
+
+/// `[contributor.grants]`: what the contributor may see. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsEntry {
+    /// Static key/values served by `config.get` (merged with `[contributor.config]`).
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Host environment variables copied (by name) into the guest's environment.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// `"read"`: the agent's cwd, preopened read-only.
+    pub cwd: Option<CwdGrant>,
+}
+
+/// How the agent's cwd is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CwdGrant {
+    /// Read-only.
+    Read,
 }
 
 /// Why a manifest could not be used.
@@ -108,9 +141,9 @@ pub enum ManifestError {
         /// What and where (line and column).
         message: String,
     },
-    /// A limit is out of range.
+    /// An entry has an invalid limit or config.
     #[error("invalid manifest {path}: contributor {path_in_manifest}: {message}")]
-    Limit {
+    Entry {
         /// The file.
         path: String,
         /// The contributor entry's `path`.
@@ -140,11 +173,14 @@ impl Manifest {
         manifest.base_dir = base_dir;
         manifest.origin = origin.to_string();
         for entry in &manifest.contributors {
-            entry.limits().map_err(|message| ManifestError::Limit {
-                path: origin.to_string(),
-                path_in_manifest: entry.path.display().to_string(),
-                message,
-            })?;
+            entry
+                .limits()
+                .and(entry.config())
+                .map_err(|message| ManifestError::Entry {
+                    path: origin.to_string(),
+                    path_in_manifest: entry.path.display().to_string(),
+                    message,
+                })?;
         }
         Ok(manifest)
     }
@@ -167,6 +203,10 @@ impl ContributorEntry {
             }
             limits.deadline = Duration::from_millis(ms);
         }
+        if spec.fuel == Some(0) {
+            return Err(invalid("limits.fuel must be at least 1"));
+        }
+        limits.fuel = spec.fuel.or(limits.fuel);
         if let Some(mib) = spec.memory_mib {
             if mib == 0 || mib > crate::engine::MAX_MEMORY_BYTES >> 20 {
                 return Err(invalid(&format!(
@@ -182,6 +222,7 @@ impl ContributorEntry {
             (spec.max_value_bytes, &mut limits.max_value_bytes),
             (spec.max_output_bytes, &mut limits.max_output_bytes),
             (spec.max_error_bytes, &mut limits.max_error_bytes),
+            (spec.max_log_bytes, &mut limits.max_log_bytes),
         ];
         for (value, slot) in caps {
             if let Some(value) = value {
@@ -189,6 +230,20 @@ impl ContributorEntry {
             }
         }
         Ok(limits)
+    }
+
+    /// The config served by `config.get`: `[contributor.config]` and
+    /// `[contributor.grants.config]` together; a key set in both is an error.
+    pub fn config(&self) -> Result<BTreeMap<String, String>, String> {
+        let mut config = self.config.clone();
+        for (key, value) in &self.grants.config {
+            if config.insert(key.clone(), value.clone()).is_some() {
+                return Err(format!(
+                    "config key `{key}` is set in both config and grants.config"
+                ));
+            }
+        }
+        Ok(config)
     }
 }
 

@@ -15,9 +15,9 @@ use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
-use crate::manifest::{Manifest, OnError};
+use crate::manifest::{CwdGrant, Manifest, OnError};
 use crate::overlay::Overlay;
-use crate::sandbox::{ContributorComponent, GuestFailure, LoadError, Phase, Sandbox};
+use crate::sandbox::{ContributorComponent, Grants, GuestFailure, LoadError, Phase, Sandbox};
 
 /// The owner shown for dsh-env's built-in keys.
 pub const BUILTIN_OWNER: &str = "dsh-env";
@@ -80,9 +80,9 @@ pub enum RegistryError {
     /// The declaration broke a rule.
     #[error(transparent)]
     Declaration(#[from] DeclarationError),
-    /// A manifest entry's limits are invalid.
+    /// A manifest entry is invalid.
     #[error("manifest {manifest}, contributor {entry}: {message}")]
-    ManifestLimits {
+    ManifestEntry {
         /// The manifest file.
         manifest: String,
         /// The entry's `path`.
@@ -251,17 +251,24 @@ impl Registry {
     ) -> Result<Vec<Registration>, RegistryError> {
         let mut registrations = Vec::with_capacity(manifest.contributors.len());
         for entry in &manifest.contributors {
-            let limits = entry
-                .limits()
-                .map_err(|message| RegistryError::ManifestLimits {
-                    manifest: manifest.origin.clone(),
-                    entry: entry.path.display().to_string(),
-                    message,
-                })?;
+            let invalid = |message| RegistryError::ManifestEntry {
+                manifest: manifest.origin.clone(),
+                entry: entry.path.display().to_string(),
+                message,
+            };
+            let limits = entry.limits().map_err(invalid)?;
+            let config = entry.config().map_err(invalid)?;
+            let grants = Grants {
+                env: (entry.grants.env.iter())
+                    .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+                    .collect(),
+                cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
+            };
             let component = self
                 .load_file(&manifest.component_path(entry))?
-                .with_config(entry.config.clone())
+                .with_config(config)
                 .with_limits(limits)
+                .with_grants(grants)
                 .with_on_error(entry.on_error);
             registrations.push(self.register(component).await?);
         }
@@ -424,7 +431,10 @@ impl Registry {
                 keys: KeysNote(entry.declaration.key_list()),
             };
             let pairs = match &entry.resolver {
-                Resolver::Wasm(component) => self.inner.sandbox.resolve(component, execution).await,
+                Resolver::Wasm(component) => {
+                    let name = entry.declaration.name();
+                    self.inner.sandbox.resolve(component, name, execution).await
+                }
                 Resolver::Native(native) => {
                     native.resolve(execution).map_err(GuestFailure::GuestError)
                 }

@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, Trap};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use crate::cache::ArtifactCache;
 use crate::declaration::RawDeclaration;
 use crate::engine;
 use crate::execution::{self, ToolExecution};
+use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, bounded};
 use crate::manifest::OnError;
 
@@ -58,6 +59,9 @@ pub enum GuestFailure {
     /// The wasm stack overflowed.
     #[error("wasm stack overflow")]
     StackOverflow,
+    /// The fuel (instruction) budget ran out.
+    #[error("fuel budget of {0} exhausted")]
+    Fuel(u64),
     /// Any other trap.
     #[error("trap: {0}")]
     Trap(String),
@@ -78,6 +82,16 @@ pub struct ContributorComponent {
     limits: Limits,
     on_error: OnError,
     imports: Arc<[String]>,
+    grants: Grants,
+}
+
+/// What a contributor may see beyond its execution and config. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Environment variables given to the guest (names and values).
+    pub env: Vec<(String, String)>,
+    /// Whether the agent's cwd is preopened, read-only, at its own path.
+    pub cwd_read: bool,
 }
 
 impl fmt::Debug for ContributorComponent {
@@ -86,6 +100,7 @@ impl fmt::Debug for ContributorComponent {
             .field("origin", &self.origin)
             .field("limits", &self.limits)
             .field("on_error", &self.on_error)
+            .field("grants", &self.grants)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +130,12 @@ impl ContributorComponent {
     /// The same component under `limits`.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// The same component with `grants`.
+    pub fn with_grants(mut self, grants: Grants) -> Self {
+        self.grants = grants;
         self
     }
 
@@ -206,6 +227,19 @@ impl ResourceLimiter for GuestLimiter {
         }
         Ok(true)
     }
+
+    // Enough for every real guest seen (componentize-py: 14 core instances).
+    fn instances(&self) -> usize {
+        64
+    }
+
+    fn tables(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        16
+    }
 }
 
 /// Compiles components and runs their calls, each in a fresh instance.
@@ -270,6 +304,7 @@ impl Sandbox {
             limits: Limits::default(),
             on_error: OnError::default(),
             imports,
+            grants: Grants::default(),
         })
     }
 
@@ -279,7 +314,7 @@ impl Sandbox {
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, GuestFailure> {
         let declaration = self
-            .call(component, async |guest, store| {
+            .call(component, component.origin(), None, async |guest, store| {
                 guest.call_declare(store).await
             })
             .await?;
@@ -293,16 +328,17 @@ impl Sandbox {
         })
     }
 
-    /// Runs `resolve` for `execution` in a fresh instance.
+    /// Runs `resolve` for `execution` in a fresh instance; `name` labels its logs.
     pub(crate) async fn resolve(
         &self,
         component: &ContributorComponent,
+        name: &str,
         execution: &ToolExecution,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
-        let execution = to_wit(execution);
+        let wit_execution = to_wit(execution);
         let result = self
-            .call(component, async |guest, store| {
-                guest.call_resolve(store, &execution).await
+            .call(component, name, Some(execution), async |guest, store| {
+                guest.call_resolve(store, &wit_execution).await
             })
             .await?;
         result.map_err(|message| {
@@ -314,6 +350,8 @@ impl Sandbox {
     async fn call<R>(
         &self,
         component: &ContributorComponent,
+        name: &str,
+        execution: Option<&ToolExecution>,
         f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
@@ -322,10 +360,15 @@ impl Sandbox {
             .acquire()
             .await
             .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
+        let (stdout, stderr) = (
+            GuestOutput::new(limits.max_log_bytes),
+            GuestOutput::new(limits.max_log_bytes),
+        );
+        let wasi = wasi_context(&component.grants, execution, &stdout, &stderr);
         let mut store = Store::new(
             &self.engine,
             GuestState {
-                wasi: WasiCtx::builder().build(),
+                wasi,
                 table: ResourceTable::new(),
                 limiter: GuestLimiter {
                     memory_bytes: limits.memory_bytes,
@@ -336,6 +379,9 @@ impl Sandbox {
             },
         );
         store.limiter(|state| &mut state.limiter);
+        store
+            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+            .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
         store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
         store.epoch_deadline_trap();
 
@@ -350,6 +396,11 @@ impl Sandbox {
         // The epoch stops running wasm; this timeout also stops a guest that
         // waits in a host call (e.g. a WASI sleep).
         let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        for (stream, output) in [("stdout", &stdout), ("stderr", &stderr)] {
+            if let Some(text) = output.text() {
+                tracing::info!(contributor = name, "{stream}: {text}");
+            }
+        }
         match outcome {
             Err(_) => Err(GuestFailure::Deadline(limits.deadline)),
             Ok(Ok(value)) => Ok(value),
@@ -376,6 +427,7 @@ fn classify(
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
         Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
+        Some(Trap::OutOfFuel) => GuestFailure::Fuel(limits.fuel.unwrap_or(u64::MAX)),
         Some(trap) => GuestFailure::Trap(trap.to_string()),
         None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
         None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
@@ -394,6 +446,36 @@ fn not_a_component(bytes: &[u8]) -> &'static str {
     } else {
         "not a WebAssembly component (bad magic header)"
     }
+}
+
+/// A WASI context with nothing in it but the grants: no preopens, env, args
+/// or network; stdout and stderr captured.
+fn wasi_context(
+    grants: &Grants,
+    execution: Option<&ToolExecution>,
+    stdout: &GuestOutput,
+    stderr: &GuestOutput,
+) -> WasiCtx {
+    let mut builder = WasiCtx::builder();
+    builder
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    for (name, value) in &grants.env {
+        builder.env(name, value);
+    }
+    let agent_cwd = execution
+        .and_then(|e| e.agent.as_ref())
+        .map(|a| a.cwd.as_str());
+    if let (true, Some(cwd)) = (grants.cwd_read, agent_cwd) {
+        // A cwd that cannot be opened is simply not granted: the guest sees no directory.
+        if let Err(err) = builder.preopened_dir(cwd, cwd, FsPerms::ReadOnly) {
+            tracing::debug!("cwd {cwd} not preopened: {err}");
+        }
+    }
+    builder.build()
 }
 
 fn to_wit(execution: &ToolExecution) -> bindings::Execution {

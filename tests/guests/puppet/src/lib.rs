@@ -1,17 +1,24 @@
 //! `puppet`: a test contributor whose declaration and behaviour come from its
 //! host-granted config, so that one real component can play every role a test
-//! needs (good, malformed, failing, hostile).
+//! needs: good, malformed, failing and hostile.
 //!
 //! Config keys:
 //! - `name`: the declared name (default `puppet`);
 //! - `keys`: declared keys, `KEY=description` entries separated by `|`;
-//! - `declare`: `trap` or `loop` to misbehave in `declare`;
-//! - `resolve`: `trap`, `loop`, `grow` (allocate without bound) or
-//!   `err:<message>`; anything else returns `pairs`;
+//! - `declare`: a misbehaviour (below) to act out in `declare`;
+//! - `resolve`: a misbehaviour, or `err:<message>`; otherwise `pairs` is returned;
 //! - `pairs`: returned pairs, `KEY=value` entries separated by `|`. In a value,
 //!   `{session}` becomes the agent's session id (or `none`), `{call}` the call
 //!   id, `{mode}` `foreground` or `background`, `{count}` how many times this
-//!   instance has resolved, and `\0` a NUL.
+//!   instance has resolved, `{cwd}` the agent's cwd, and `\0` a NUL.
+//!
+//! Misbehaviours: `trap` (panic), `loop`, `grow` (allocate without bound),
+//! `recurse` (unbounded recursion), `sleep:<ms>` (a WASI clock sleep),
+//! `big:<bytes>` (one huge value for the first key), `many:<n>` (n pairs),
+//! `print:<bytes>` (write to stdout and stderr, with terminal escapes, then
+//! go on), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
+//! `connect:<addr>`, whose result (or error) is returned as the first key's
+//! value, or as `err` when the probe fails.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -22,14 +29,38 @@ struct Puppet;
 /// Resolutions served by this instance: always 1 when every call gets a fresh one.
 static RESOLVED: AtomicU32 = AtomicU32::new(0);
 
+type Pairs = Vec<(String, String)>;
+
 fn entries(list: &str) -> impl Iterator<Item = (&str, &str)> {
     list.split('|')
         .filter(|entry| !entry.is_empty())
         .map(|entry| entry.split_once('=').unwrap_or((entry, "")))
 }
 
-fn misbehave(how: &str) {
-    match how {
+fn first_key() -> String {
+    entries(&config("keys").unwrap_or_default())
+        .next()
+        .map_or_else(|| "DSH_OUT".to_string(), |(key, _)| key.to_string())
+}
+
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    // black_box keeps the frame from being optimised into a loop.
+    std::hint::black_box(recurse(std::hint::black_box(depth + 1))) + 1
+}
+
+/// Acts out `how`. Returns `Some` when the behaviour decides the result.
+fn misbehave(how: &str) -> Option<Result<Pairs, String>> {
+    let (verb, argument) = how.split_once(':').unwrap_or((how, ""));
+    let number = || argument.parse::<usize>().unwrap_or(0);
+    let probe = |result: std::io::Result<String>| {
+        Some(
+            result
+                .map(|value| vec![(first_key(), value)])
+                .map_err(|e| e.to_string()),
+        )
+    };
+    match verb {
         "trap" => panic!("puppet was told to trap"),
         "loop" =>
         {
@@ -42,13 +73,46 @@ fn misbehave(how: &str) {
                 hoard.push(vec![1; 1 << 20]);
             }
         }
-        _ => {}
+        "recurse" => Some(Ok(vec![(first_key(), recurse(0).to_string())])),
+        "sleep" => {
+            std::thread::sleep(std::time::Duration::from_millis(number() as u64));
+            None
+        }
+        "err" => Some(Err(argument.to_string())),
+        "big" => Some(Ok(vec![(first_key(), "x".repeat(number()))])),
+        "many" => Some(Ok((0..number())
+            .map(|i| (format!("DSH_MANY_{i}"), String::new()))
+            .collect())),
+        "print" => {
+            let line = "\x1b[31mred\x1b[0m and a bell\x07\n";
+            let text = line.repeat(number() / line.len() + 1);
+            print!("{text}");
+            eprint!("{text}");
+            None
+        }
+        "read" => probe(std::fs::read_to_string(argument)),
+        "write" => probe(std::fs::write(argument, "written").map(|()| "written".to_string())),
+        "list" => probe(std::fs::read_dir(argument).map(|dir| {
+            let names: Vec<String> = dir
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.join(",")
+        })),
+        "env" => probe(Ok(std::env::vars()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","))),
+        "connect" => probe(std::net::TcpStream::connect(argument).map(|_| "connected".to_string())),
+        _ => None,
     }
 }
 
 impl Contributor for Puppet {
     fn declare() -> Declaration {
-        misbehave(&config("declare").unwrap_or_default());
+        if let Some(Err(message)) = misbehave(&config("declare").unwrap_or_default()) {
+            panic!("{message}");
+        }
         let mut declaration = Declaration::new(config("name").unwrap_or_else(|| "puppet".into()));
         for (key, description) in entries(&config("keys").unwrap_or_default()) {
             declaration = declaration.key(key, description);
@@ -56,17 +120,14 @@ impl Contributor for Puppet {
         declaration
     }
 
-    fn resolve(execution: Execution) -> Result<Vec<(String, String)>, String> {
+    fn resolve(execution: Execution) -> Result<Pairs, String> {
         let count = RESOLVED.fetch_add(1, Ordering::SeqCst) + 1;
-        let behaviour = config("resolve").unwrap_or_default();
-        if let Some(message) = behaviour.strip_prefix("err:") {
-            return Err(message.to_string());
+        if let Some(result) = misbehave(&config("resolve").unwrap_or_default()) {
+            return result;
         }
-        misbehave(&behaviour);
-        let session = execution
-            .agent
-            .as_ref()
-            .map_or("none", |agent| agent.session_id.as_str());
+        let (session, cwd) = execution.agent.as_ref().map_or(("none", ""), |agent| {
+            (agent.session_id.as_str(), agent.cwd.as_str())
+        });
         let mode = match execution.mode {
             Mode::Foreground => "foreground",
             Mode::Background => "background",
@@ -77,6 +138,7 @@ impl Contributor for Puppet {
                     .replace("{session}", session)
                     .replace("{call}", &execution.call_id)
                     .replace("{mode}", mode)
+                    .replace("{cwd}", cwd)
                     .replace("{count}", &count.to_string())
                     .replace("\\0", "\0");
                 (key.to_string(), value)
