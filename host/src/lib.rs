@@ -5,6 +5,7 @@
 //! contributor in a fresh sandboxed instance ([`sandbox`]), checks its output
 //! against its [`declaration`], and returns one immutable [`Overlay`].
 
+pub mod agent;
 pub mod cache;
 pub mod declaration;
 pub mod engine;
@@ -12,12 +13,14 @@ pub mod execution;
 pub mod executor;
 mod guest_output;
 pub mod home;
+pub mod hooks;
 pub mod key;
 pub mod limits;
 pub mod manifest;
 pub mod overlay;
 pub mod registry;
 pub mod sandbox;
+pub mod session;
 pub mod tool;
 
 pub use cache::ArtifactCache;

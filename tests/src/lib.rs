@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 
 use dsh_env::{Agent, ContributorComponent, DshHome, Registry, ToolExecution};
 
-/// Paths of the guest components built by `build.rs`.
-pub mod artifacts {
-    include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
-}
+/// Paths of the guest components.
+pub use dsh_env_artifacts as artifacts;
 
 /// A registry with the fixed home `/tmp/dsh-test-home`.
 pub fn registry() -> Registry {

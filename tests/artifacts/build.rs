@@ -7,6 +7,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "build/polyglot.rs"]
+mod polyglot;
+
 /// (constant name, package, directory) of every Rust guest.
 const GUESTS: &[(&str, &str, &str)] = &[
     (
@@ -21,7 +24,10 @@ const GUESTS: &[(&str, &str, &str)] = &[
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let workspace = manifest_dir.parent().expect("tests/ sits in the workspace");
+    let workspace = manifest_dir
+        .ancestors()
+        .nth(2)
+        .expect("tests/artifacts/ sits in the workspace");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
     // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
     let target_dir = out_dir
@@ -29,14 +35,8 @@ fn main() {
         .nth(4)
         .expect("OUT_DIR is inside the target dir");
 
-    for input in [
-        "wit",
-        "guest-sdk",
-        "contributors",
-        "tests/guests",
-        "Cargo.toml",
-        "Cargo.lock",
-    ] {
+    let guest_dirs = GUESTS.iter().map(|(_, _, dir)| *dir);
+    for input in ["wit", "guest-sdk", "Cargo.toml", "Cargo.lock"].into_iter().chain(guest_dirs) {
         println!("cargo:rerun-if-changed={}", workspace.join(input).display());
     }
 
@@ -55,6 +55,15 @@ fn main() {
         writeln!(
             artifacts,
             "/// The `{package}` component.\npub const {constant}: &str = {:?};",
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    for (constant, path) in polyglot::build(workspace, target_dir) {
+        let name = constant.to_lowercase().replace('_', "-");
+        writeln!(
+            artifacts,
+            "/// The `{name}` component.\npub const {constant}: &str = {:?};",
             path.display().to_string()
         )
         .unwrap();

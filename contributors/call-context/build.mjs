@@ -1,0 +1,25 @@
+// Builds call-context.js into a component:  node build.mjs OUT.wasm
+// (`npm run build` writes call-context.wasm here). Uses componentize-js's JS
+// API; its `jco componentize` CLI fails on this machine kind.
+import { writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { componentize } from '@bytecodealliance/componentize-js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const out = process.argv[2];
+if (!out) {
+  console.error('usage: node build.mjs OUT.wasm');
+  process.exit(2);
+}
+
+const { component } = await componentize({
+  sourcePath: join(here, 'call-context.js'),
+  witPath: join(here, '..', '..', 'wit'),
+  worldName: 'contributor',
+  // No WASI features beyond what the engine itself needs: a contributor has
+  // no use for stdio, clocks, randomness or HTTP (and the host grants none).
+  disableFeatures: ['stdio', 'random', 'clocks', 'http', 'fetch-event'],
+});
+await writeFile(out, component);
