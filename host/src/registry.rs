@@ -113,7 +113,7 @@ pub struct KeyListing {
 }
 
 enum Resolver {
-    Wasm(ContributorComponent),
+    Wasm(Box<ContributorComponent>),
     Native(Arc<dyn NativeContributor>),
 }
 
@@ -202,10 +202,17 @@ impl Registry {
     /// An empty registry whose overlays carry `home` as `DSH_HOME`, and which
     /// keeps precompiled components under `home/cache`.
     pub fn new(home: DshHome) -> Result<Self, LoadError> {
+        let cache = ArtifactCache::new(home.path().join("cache"));
+        Self::with_cache(home, cache)
+    }
+
+    /// An empty registry whose overlays carry `home`, with precompiled
+    /// components kept in `cache` (e.g. one shared by short-lived homes).
+    pub fn with_cache(home: DshHome, cache: ArtifactCache) -> Result<Self, LoadError> {
         Ok(Registry {
             inner: Arc::new(Inner {
                 sandbox: Sandbox::new()?,
-                cache: ArtifactCache::new(home.path().join("cache")),
+                cache,
                 home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -283,7 +290,7 @@ impl Registry {
     ) -> Result<Registration, RegistryError> {
         let raw = self.declare(&component).await?;
         let (limits, on_error) = (component.limits().clone(), component.on_error());
-        self.insert(raw, Resolver::Wasm(component), limits, on_error)
+        self.insert(raw, Resolver::Wasm(Box::new(component)), limits, on_error)
     }
 
     /// Runs `declare` and reports every rule the declaration breaks, alone

@@ -177,7 +177,7 @@ async fn parent_and_child_calls_never_share_values() {
     for (request, _) in requests {
         let i: usize = request.command.trim_start_matches("call ").parse().unwrap();
         let overlay = &request.dsh_env;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             assert_eq!(overlay.get("DSH_SESSION_ID"), Some("parent"));
             assert_eq!(overlay.get("DSH_PARENT_SESSION_ID"), None);
         } else {

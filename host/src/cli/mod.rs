@@ -4,6 +4,7 @@
 //! 2 usage or configuration error. Every error is one line naming the file,
 //! contributor, key or limit at fault.
 
+mod demo;
 mod serve;
 
 use std::collections::BTreeMap;
@@ -90,6 +91,13 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Run a scripted parent and child agent in a temporary home and show
+    /// what each shell and each hook saw.
+    Demo {
+        /// The contributors to register (default: contributors/examples.toml, if present).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
     },
     /// Serve newline-delimited JSON-RPC 2.0 on stdin/stdout, for harnesses
     /// not written in Rust.
@@ -339,6 +347,7 @@ async fn run(command: Command) -> CliResult<ExitCode> {
                 }
             }
         }
+        Command::Demo { manifest } => demo::demo(manifest.as_deref()).await?,
         Command::Serve { setup } => {
             let (registry, registrations) = setup.open().await?;
             serve::serve(registry, registrations)
