@@ -36,7 +36,10 @@ fn main() {
         .expect("OUT_DIR is inside the target dir");
 
     let guest_dirs = GUESTS.iter().map(|(_, _, dir)| *dir);
-    for input in ["wit", "guest-sdk", "Cargo.toml", "Cargo.lock"].into_iter().chain(guest_dirs) {
+    for input in ["wit", "guest-sdk", "Cargo.toml", "Cargo.lock"]
+        .into_iter()
+        .chain(guest_dirs)
+    {
         println!("cargo:rerun-if-changed={}", workspace.join(input).display());
     }
 

@@ -43,13 +43,21 @@ impl Harness {
     fn agent(&self, session: Session, commands: &[&str]) -> Agent {
         let tool = BashTool::new(self.registry.clone(), LocalExecutor, "/");
         let model = ScriptedModel::bash_turn(commands, "done");
-        Agent::new(session, Box::new(model), tool, Hooks::none(self.registry.clone()), self.store.clone())
+        Agent::new(
+            session,
+            Box::new(model),
+            tool,
+            Hooks::none(self.registry.clone()),
+            self.store.clone(),
+        )
     }
 
     async fn one_call(&self, session: Session, command: &str) -> (Agent, String) {
         let mut agent = self.agent(session, &[command]);
         let records = agent.run_turn("go").await.unwrap();
-        let [record] = &records[..] else { panic!("one call") };
+        let [record] = &records[..] else {
+            panic!("one call")
+        };
         assert!(!record.is_error, "{}", record.output);
         let output = record.output.clone();
         (agent, output)
@@ -73,13 +81,24 @@ async fn keyless_full_loop_with_resume_fork_spawn_and_concurrent_agents() {
     let (agent, output) = harness.one_call(session, PRINT).await;
     let lines: Vec<&str> = output.lines().collect();
     let home_str = home.path().display().to_string();
-    assert_eq!(lines, [home_str.as_str(), "1", id.as_str(), "unset", "absent"]);
+    assert_eq!(
+        lines,
+        [home_str.as_str(), "1", id.as_str(), "unset", "absent"]
+    );
 
     // After the turn, the file exists with the right header.
     let path = harness.store.path(&id);
-    let first_line = std::fs::read_to_string(&path).unwrap().lines().next().unwrap().to_string();
+    let first_line = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
     let header: serde_json::Value = serde_json::from_str(&first_line).unwrap();
-    assert_eq!((header["type"].as_str(), header["id"].as_str()), (Some("session"), Some(id.as_str())));
+    assert_eq!(
+        (header["type"].as_str(), header["id"].as_str()),
+        (Some("session"), Some(id.as_str()))
+    );
     assert_eq!(header["cwd"].as_str(), Some(cwd.path().to_str().unwrap()));
 
     // Resume: same id, history kept.
@@ -94,12 +113,17 @@ async fn keyless_full_loop_with_resume_fork_spawn_and_concurrent_agents() {
     let fork = resumed_agent.session().fork();
     let fork_id = fork.id().to_string();
     assert_ne!(fork_id, id);
-    assert_eq!(fork.header.parent.as_ref().unwrap().relation, Relation::Fork);
+    assert_eq!(
+        fork.header.parent.as_ref().unwrap().relation,
+        Relation::Fork
+    );
     let (_, output) = harness.one_call(fork, LINEAGE).await;
     assert_eq!(output, format!("{fork_id}|{id}|0"));
 
     // Spawn: new id, depth + 1, lineage names the parent.
-    let child = resumed_agent.session().spawn(cwd.path().display().to_string());
+    let child = resumed_agent
+        .session()
+        .spawn(cwd.path().display().to_string());
     let child_id = child.id().to_string();
     let (_, output) = harness.one_call(child, LINEAGE).await;
     assert_eq!(output, format!("{child_id}|{id}|1"));
@@ -120,7 +144,11 @@ async fn keyless_full_loop_with_resume_fork_spawn_and_concurrent_agents() {
                 let expected = format!(
                     "{}|{}|{}",
                     session.id(),
-                    session.header.parent.as_ref().map_or("none", |p| p.session_id.as_str()),
+                    session
+                        .header
+                        .parent
+                        .as_ref()
+                        .map_or("none", |p| p.session_id.as_str()),
                     session.header.depth
                 );
                 let (_, output) = harness.one_call(session, LINEAGE).await;

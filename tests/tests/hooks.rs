@@ -31,10 +31,22 @@ fn recording_hooks(dir: &Path, extra_pre: &str) -> String {
     .to_string()
 }
 
-fn agent(registry: &Registry, hooks: Hooks, session: Session, command: &str, store: &Path) -> Agent {
+fn agent(
+    registry: &Registry,
+    hooks: Hooks,
+    session: Session,
+    command: &str,
+    store: &Path,
+) -> Agent {
     let tool = BashTool::new(registry.clone(), LocalExecutor, "/");
     let model = ScriptedModel::bash_turn(&[command], "done");
-    Agent::new(session, Box::new(model), tool, hooks, SessionStore::new(store))
+    Agent::new(
+        session,
+        Box::new(model),
+        tool,
+        hooks,
+        SessionStore::new(store),
+    )
 }
 
 fn read_json(path: &Path) -> Value {
@@ -44,14 +56,30 @@ fn read_json(path: &Path) -> Value {
 async fn run_dialect(dialect: HookDialect) -> (tempfile::TempDir, Session) {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry();
-    let hooks = Hooks::parse(&recording_hooks(dir.path(), "true"), "hooks.json", dialect, registry.clone()).unwrap();
+    let hooks = Hooks::parse(
+        &recording_hooks(dir.path(), "true"),
+        "hooks.json",
+        dialect,
+        registry.clone(),
+    )
+    .unwrap();
     let session = Session::new(dir.path().display().to_string());
     let mut agent = agent(&registry, hooks, session.clone(), "echo ran", dir.path());
     agent.start("startup").await;
     let records = agent.run_turn("go").await.unwrap();
     assert_eq!(records[0].output, "ran\n");
-    assert_eq!(agent.hook_log.len(), 4, "start, two pre, post: {:#?}", agent.hook_log);
-    assert!(agent.hook_log.iter().all(|run| run.exit_code == Some(0) && !run.blocked));
+    assert_eq!(
+        agent.hook_log.len(),
+        4,
+        "start, two pre, post: {:#?}",
+        agent.hook_log
+    );
+    assert!(
+        agent
+            .hook_log
+            .iter()
+            .all(|run| run.exit_code == Some(0) && !run.blocked)
+    );
     (dir, session)
 }
 
@@ -78,7 +106,11 @@ async fn claude_code_payloads_are_pinned() {
     );
     for event in ["SessionStart", "PreToolUse", "PostToolUse"] {
         let seen = std::fs::read_to_string(dir.path().join(format!("{event}.session"))).unwrap();
-        assert_eq!(seen, session.id(), "{event} hook ran with the managed overlay");
+        assert_eq!(
+            seen,
+            session.id(),
+            "{event} hook ran with the managed overlay"
+        );
     }
 }
 
@@ -90,7 +122,17 @@ async fn codex_payloads_are_pinned() {
     assert_eq!(pre["session_id"], session.id());
     assert_eq!(pre["hook_event_name"], "PreToolUse");
     let keys: Vec<&String> = pre.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["cwd", "hook_event_name", "session_id", "tool_input", "tool_name", "transcript_path"]);
+    assert_eq!(
+        keys,
+        [
+            "cwd",
+            "hook_event_name",
+            "session_id",
+            "tool_input",
+            "tool_name",
+            "transcript_path"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -98,43 +140,86 @@ async fn a_pre_tool_use_hook_exiting_2_blocks_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry();
     let blocker = "cat >/dev/null; echo 'rm is not allowed here' >&2; exit 2";
-    let hooks = Hooks::parse(&recording_hooks(dir.path(), blocker), "hooks.json", HookDialect::ClaudeCode, registry.clone())
-        .unwrap();
+    let hooks = Hooks::parse(
+        &recording_hooks(dir.path(), blocker),
+        "hooks.json",
+        HookDialect::ClaudeCode,
+        registry.clone(),
+    )
+    .unwrap();
     let marker = dir.path().join("ran");
     let session = Session::new(dir.path().display().to_string());
-    let mut agent = agent(&registry, hooks, session, &format!("touch {}", marker.display()), dir.path());
+    let mut agent = agent(
+        &registry,
+        hooks,
+        session,
+        &format!("touch {}", marker.display()),
+        dir.path(),
+    );
     let records = agent.run_turn("go").await.unwrap();
-    let [record] = &records[..] else { panic!("one call") };
+    let [record] = &records[..] else {
+        panic!("one call")
+    };
     assert!(record.is_error);
-    assert_eq!(record.output, "rm is not allowed here\n", "the hook's stderr reaches the model");
+    assert_eq!(
+        record.output, "rm is not allowed here\n",
+        "the hook's stderr reaches the model"
+    );
     assert!(!marker.exists(), "the blocked command did not run");
-    assert!(!dir.path().join("PostToolUse.json").exists(), "no PostToolUse for a blocked call");
+    assert!(
+        !dir.path().join("PostToolUse.json").exists(),
+        "no PostToolUse for a blocked call"
+    );
 }
 
 #[tokio::test]
 async fn a_hook_that_hangs_or_crashes_is_reported_and_the_loop_goes_on() {
-    for (hook, expect_timeout) in [("sleep 30", true), ("exit 3", false), ("/no/such/hook-binary", false)] {
+    for (hook, expect_timeout) in [
+        ("sleep 30", true),
+        ("exit 3", false),
+        ("/no/such/hook-binary", false),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let registry = registry();
-        let hooks =
-            Hooks::parse(&recording_hooks(dir.path(), hook), "hooks.json", HookDialect::ClaudeCode, registry.clone())
-                .unwrap();
+        let hooks = Hooks::parse(
+            &recording_hooks(dir.path(), hook),
+            "hooks.json",
+            HookDialect::ClaudeCode,
+            registry.clone(),
+        )
+        .unwrap();
         let session = Session::new(dir.path().display().to_string());
         let mut agent = agent(&registry, hooks, session, "echo still-ran", dir.path());
         let records = agent.run_turn("go").await.unwrap();
         assert_eq!(records[0].output, "still-ran\n", "{hook}");
-        let failing = records[0].hooks.iter().find(|run| run.command == hook).unwrap();
+        let failing = records[0]
+            .hooks
+            .iter()
+            .find(|run| run.command == hook)
+            .unwrap();
         assert_eq!(failing.timed_out, expect_timeout, "{hook}");
-        assert!(!failing.blocked && failing.exit_code != Some(0), "{hook}: {failing:?}");
+        assert!(
+            !failing.blocked && failing.exit_code != Some(0),
+            "{hook}: {failing:?}"
+        );
     }
 }
 
 #[test]
 fn malformed_hooks_files_are_refused_with_their_name() {
-    let registry = || Registry::new(dsh_env::DshHome::from_absolute("/tmp/x".as_ref()).unwrap()).unwrap();
-    let err = Hooks::parse("{\"hooks\": 3}", "bad.json", HookDialect::Codex, registry()).err().unwrap();
+    let registry =
+        || Registry::new(dsh_env::DshHome::from_absolute("/tmp/x".as_ref()).unwrap()).unwrap();
+    let err = Hooks::parse("{\"hooks\": 3}", "bad.json", HookDialect::Codex, registry())
+        .err()
+        .unwrap();
     assert!(err.to_string().starts_with("hooks file bad.json:"), "{err}");
     let http = r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "http", "command": "x"}]}]}}"#;
-    let err = Hooks::parse(http, "http.json", HookDialect::ClaudeCode, registry()).err().unwrap();
-    assert!(err.to_string().contains("hook type `http` is not supported"), "{err}");
+    let err = Hooks::parse(http, "http.json", HookDialect::ClaudeCode, registry())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("hook type `http` is not supported"),
+        "{err}"
+    );
 }
