@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use dsh_env::executor::{ScrubReason, scrub_reason};
 use dsh_env::{
-    DshHome, HomeContext, HomeSetting, LocalExecutor, Manifest, Mode, Registration, Registry,
-    ShellExecRequest, ToolExecution,
+    Collection, DshHome, HomeContext, HomeSetting, LocalExecutor, Manifest, Mode, Registration,
+    Registry, ShellExecRequest, ToolExecution,
 };
 use serde_json::json;
 
@@ -151,6 +151,9 @@ impl Failure {
 
 type CliResult<T = ()> = Result<T, Failure>;
 
+/// A registry and the registrations that keep its contributors registered.
+type Registered = (Registry, Vec<Registration>);
+
 /// Parses arguments, runs the command, and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -213,11 +216,8 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             json,
         } => {
             let execution = execution.load()?;
-            let (registry, _registrations) = setup.open().await?;
-            let overlay = registry
-                .collect(&execution)
-                .await
-                .map_err(Failure::runtime)?;
+            let (_registered, collection) = setup.collect(&execution).await?;
+            let overlay = collection.overlay;
             if json {
                 print_json(&overlay.to_map());
             } else {
@@ -238,11 +238,8 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             if background {
                 execution = execution.with_mode(Mode::Background);
             }
-            let (registry, _registrations) = setup.open().await?;
-            let overlay = registry
-                .collect(&execution)
-                .await
-                .map_err(Failure::runtime)?;
+            let (_registered, collection) = setup.collect(&execution).await?;
+            let overlay = collection.overlay;
             let workdir = match &execution.agent {
                 Some(agent) => PathBuf::from(&agent.cwd),
                 None => std::env::current_dir().map_err(Failure::runtime)?,
@@ -291,11 +288,7 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             json,
         } => {
             let execution = execution.load()?;
-            let (registry, _registrations) = setup.open().await?;
-            let collection = registry
-                .collect_report(&execution)
-                .await
-                .map_err(Failure::runtime)?;
+            let ((registry, _registrations), collection) = setup.collect(&execution).await?;
             let listing: BTreeMap<String, (String, String)> = registry
                 .list()
                 .into_iter()
@@ -359,8 +352,19 @@ async fn run(command: Command) -> CliResult<ExitCode> {
 }
 
 impl Setup {
+    /// Opens the registry and collects for `execution`; a contributor
+    /// failure is a runtime error (exit 1).
+    async fn collect(&self, execution: &ToolExecution) -> CliResult<(Registered, Collection)> {
+        let (registry, registrations) = self.open().await?;
+        let collection = registry
+            .collect_report(execution)
+            .await
+            .map_err(Failure::runtime)?;
+        Ok(((registry, registrations), collection))
+    }
+
     /// Resolves the home, opens a registry, and registers the manifest's contributors.
-    async fn open(&self) -> CliResult<(Registry, Vec<Registration>)> {
+    async fn open(&self) -> CliResult<Registered> {
         let manifest = self
             .manifest
             .as_deref()
