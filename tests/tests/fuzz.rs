@@ -276,7 +276,7 @@ const ATOMS: &[&str] = &[
 ];
 
 fn atom(rng: &mut Rng) -> &'static str {
-    *rng.pick(ATOMS)
+    ATOMS[rng.below(ATOMS.len())]
 }
 
 /// Text of up to about `max` bytes, mostly hostile atoms, sometimes random
@@ -779,9 +779,9 @@ fn fuzz_manifest_parser() {
         total += 1;
         check_manifest(&doc, expected.as_ref());
         // The same text cut at every 7th character boundary.
-        if case % 50 == 0 {
+        if case.is_multiple_of(50) {
             for (i, (at, _)) in doc.char_indices().enumerate() {
-                if i % 7 == 0 {
+                if i.is_multiple_of(7) {
                     check_manifest(&doc[..at], None);
                 }
             }
@@ -1244,7 +1244,7 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     fields.rotate_left(turn);
     let ws = *rng.pick(&["", " ", "\n\t "]);
     let doc = format!("{ws}{{{ws}{}{ws}}}{ws}", fields.join(&format!(",{ws}")));
-    let expected = clean.then(|| ToolExecution {
+    let expected = clean.then_some(ToolExecution {
         call_id,
         root_call_id,
         tool,
@@ -1368,8 +1368,6 @@ enum Region {
     Data,
     /// A core module's code section (function bodies).
     Code,
-    /// A custom section (names, producers), at any level.
-    Custom,
 }
 
 fn read_leb_u32(bytes: &[u8], pos: &mut usize) -> Option<u32> {
@@ -1385,7 +1383,7 @@ fn read_leb_u32(bytes: &[u8], pos: &mut usize) -> Option<u32> {
     None
 }
 
-/// The data, code and custom sections of a component and of every core
+/// The data and code sections of a component and of every core
 /// module and component nested in it, as absolute byte ranges.
 fn regions(bytes: &[u8], base: usize, out: &mut Vec<(Region, std::ops::Range<usize>)>) {
     let Some(layer) = bytes.get(4..8) else { return };
@@ -1402,7 +1400,6 @@ fn regions(bytes: &[u8], base: usize, out: &mut Vec<(Region, std::ops::Range<usi
         };
         let range = base + pos..base + end;
         match (component, id) {
-            (_, 0) => out.push((Region::Custom, range)),
             (true, 1 | 4) => regions(&bytes[pos..end], base + pos, out),
             (false, 10) => out.push((Region::Code, range)),
             (false, 11) => out.push((Region::Data, range)),
@@ -1485,10 +1482,11 @@ fn loader_input(rng: &mut Rng, bases: &[Vec<u8>]) -> Vec<u8> {
         4 | 5 => base[..rng.below(base.len())].to_vec(),
         // Size-keeping edits that mostly validate, so the guest compiles and
         // runs (each compile costs ~0.1 s, so these are kept few).
-        6..=8 => mutate_in_region(rng, base, Region::Data),
-        9 | 10 => mutate_key_string(rng, base),
-        11 | 12 => mutate_in_region(rng, base, Region::Code),
-        13 => mutate_in_region(rng, base, Region::Custom),
+        6 | 7 => mutate_in_region(rng, base, Region::Data),
+        8 | 9 => mutate_key_string(rng, base),
+        10..=12 => mutate_in_region(rng, base, Region::Code),
+        // The real component again: served from the artifact cache.
+        13 => base.clone(),
         // A real component with a few edits, or many.
         14..=31 => mutate(rng, base, donor),
         _ => {

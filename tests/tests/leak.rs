@@ -15,7 +15,7 @@ use dsh_env_tests::{agent_call, artifacts, puppet, registry};
 /// Cycles before the first reading, so pools, caches and the allocator settle.
 const WARM_UP: usize = 1_000;
 /// Cycles measured: half before the midpoint reading, half after.
-const CYCLES: usize = 8_000;
+const CYCLES: usize = 24_000;
 /// Growth allowed between the midpoint and the end.
 const BOUND_KIB: u64 = 8 << 10;
 
