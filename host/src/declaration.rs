@@ -174,20 +174,22 @@ impl Declaration {
     }
 }
 
-/// What is wrong with the pairs a resolver returned.
+/// What is wrong with the pairs a resolver returned. Keys come from the
+/// guest, so they are shown escaped: a guest cannot put terminal control
+/// sequences into a host error message or log line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutputProblem {
     /// A key the contributor did not declare.
-    #[error("returned undeclared key `{0}`")]
+    #[error("returned undeclared key `{}`", .0.escape_debug())]
     UndeclaredKey(String),
     /// A key returned twice.
-    #[error("returned key `{0}` twice")]
+    #[error("returned key `{}` twice", .0.escape_debug())]
     DuplicateKey(String),
     /// A value that cannot be an environment string.
-    #[error("value of `{0}` contains a NUL byte")]
+    #[error("value of `{}` contains a NUL byte", .0.escape_debug())]
     NulInValue(String),
     /// A value over the per-value cap.
-    #[error("value of `{key}` is {len} bytes, over the cap of {cap}")]
+    #[error("value of `{}` is {len} bytes, over the cap of {cap}", .key.escape_debug())]
     ValueTooLarge {
         /// The key.
         key: String,

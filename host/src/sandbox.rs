@@ -47,7 +47,8 @@ impl fmt::Display for Phase {
     }
 }
 
-/// How a guest call failed inside the sandbox.
+/// How a guest call failed inside the sandbox. Text that can come from the
+/// guest (its error message, names in a trap's backtrace) is shown escaped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GuestFailure {
     /// The wall-clock deadline passed.
@@ -63,13 +64,13 @@ pub enum GuestFailure {
     #[error("fuel budget of {0} exhausted")]
     Fuel(u64),
     /// Any other trap.
-    #[error("trap: {0}")]
+    #[error("trap: {}", .0.escape_debug())]
     Trap(String),
     /// `resolve` returned `err(message)`.
-    #[error("guest error: {0}")]
+    #[error("guest error: {}", .0.escape_debug())]
     GuestError(String),
     /// No instance could be created.
-    #[error("cannot instantiate: {0}")]
+    #[error("cannot instantiate: {}", .0.escape_debug())]
     Instantiate(String),
 }
 

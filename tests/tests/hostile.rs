@@ -393,3 +393,35 @@ async fn a_thousand_traps_then_a_healthy_execution() {
     drop(bad);
     assert_healthy(&registry).await;
 }
+
+#[tokio::test]
+async fn guest_text_in_error_messages_cannot_carry_terminal_controls() {
+    let hostile_key = "DSH_A\x1b[2J\x1b]0;pwned\x07";
+    let registry = registry();
+    let pairs = format!("{hostile_key}=v");
+    let config = [
+        ("name", "hostile"),
+        ("keys", "DSH_OUT=o"),
+        ("pairs", pairs.as_str()),
+    ];
+    let _key = registry.register(puppet(&registry, &config)).await.unwrap();
+    let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
+    assert_eq!(
+        err.cause,
+        FailureCause::Output(OutputProblem::UndeclaredKey(hostile_key.into()))
+    );
+    let shown = err.to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(shown.contains(r"DSH_A\u{1b}[2J"), "{shown}");
+
+    let message = "\x1b[31mred\r\nFAKE LOG LINE";
+    let failure = guest_failure(&format!("err:{message}"), quick()).await;
+    assert_eq!(
+        failure,
+        GuestFailure::GuestError(message.into()),
+        "the data is kept as sent"
+    );
+    let shown = failure.to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert_eq!(shown, r"guest error: \u{1b}[31mred\r\nFAKE LOG LINE");
+}
