@@ -14,6 +14,10 @@ pub const MAX_LIVE_INSTANCES: u32 = 128;
 /// Largest linear memory any guest may have; per-contributor limits sit below it.
 pub const MAX_MEMORY_BYTES: usize = 512 << 20;
 
+/// Largest table any guest may have (pool slot size); per-contributor limits
+/// sit at or below it, so the limiter, not the pool, names an overrun.
+pub const MAX_TABLE_ELEMENTS: usize = 20_000;
+
 /// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
 /// an engine setting, so it is the same for every contributor.
 pub const MAX_WASM_STACK: usize = 512 << 10;
@@ -39,7 +43,8 @@ pub fn build_engine() -> Result<Engine, wasmtime::Error> {
         .total_memories(MAX_LIVE_INSTANCES * 2)
         .total_tables(MAX_LIVE_INSTANCES * 8)
         .total_stacks(MAX_LIVE_INSTANCES)
-        .max_memory_size(MAX_MEMORY_BYTES);
+        .max_memory_size(MAX_MEMORY_BYTES)
+        .table_elements(MAX_TABLE_ELEMENTS);
     if PoolingAllocationConfig::is_pagemap_scan_available() {
         // Reset a freed slot by copying back only the pages the guest wrote
         // (found with the PAGEMAP_SCAN ioctl, Linux 6.7+) instead of

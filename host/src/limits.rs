@@ -10,7 +10,8 @@ pub struct Limits {
     pub deadline: Duration,
     /// Linear memory one instance may grow to, in bytes.
     pub memory_bytes: usize,
-    /// Table elements one table may grow to.
+    /// Table elements one table may grow to (at most
+    /// [`crate::engine::MAX_TABLE_ELEMENTS`], the pool's slot size).
     pub table_elements: usize,
     /// Keys one declaration may hold.
     pub max_keys: usize,
@@ -33,7 +34,7 @@ impl Default for Limits {
         Limits {
             deadline: Duration::from_secs(2),
             memory_bytes: 128 << 20,
-            table_elements: 100_000,
+            table_elements: crate::engine::MAX_TABLE_ELEMENTS,
             max_keys: 256,
             max_pairs: 256,
             max_value_bytes: 8 << 10,
@@ -59,7 +60,17 @@ pub(crate) fn bounded(message: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::bounded;
+    use super::{Limits, bounded};
+    use crate::engine;
+
+    #[test]
+    fn default_caps_fit_inside_the_pool() {
+        // Above the pool's slot size the pool, not the limiter, would refuse
+        // the growth, and the error would not name the limit.
+        let limits = Limits::default();
+        assert!(limits.table_elements <= engine::MAX_TABLE_ELEMENTS);
+        assert!(limits.memory_bytes <= engine::MAX_MEMORY_BYTES);
+    }
 
     #[test]
     fn bounded_cuts_on_a_char_boundary() {
