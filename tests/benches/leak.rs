@@ -7,49 +7,11 @@
 
 use std::time::Instant;
 
-use dsh_env::{OnError, Registration, Registry};
-use dsh_env_tests::{agent_call, artifacts, puppet, registry};
+use dsh_env_tests::leak::{contributors, rss_kib};
+use dsh_env_tests::{agent_call, registry};
 
 const CYCLES: usize = 100_000;
 const READINGS: usize = 4;
-
-/// The resident set of this process, in KiB (`VmRSS` of /proc/self/status).
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
-}
-
-async fn contributors(registry: &Registry) -> Vec<Registration> {
-    let lineage = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
-        .unwrap();
-    let echo = puppet(
-        registry,
-        &[
-            ("name", "echo"),
-            ("keys", "DSH_ECHO_SESSION=s|DSH_ECHO_CALL=c"),
-            ("pairs", "DSH_ECHO_SESSION={session}|DSH_ECHO_CALL={call}"),
-        ],
-    );
-    let failing = puppet(
-        registry,
-        &[
-            ("name", "failing"),
-            ("keys", "DSH_FAILING=f"),
-            ("resolve", "err:always fails"),
-        ],
-    )
-    .with_on_error(OnError::Omit);
-    let mut registrations = Vec::new();
-    for component in [lineage, echo, failing] {
-        registrations.push(registry.register(component).await.unwrap());
-    }
-    registrations
-}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -34,3 +34,51 @@ pub fn agent_call(call_id: &str, session_id: &str) -> ToolExecution {
         depth: 0,
     })
 }
+
+/// The workload of the leak test and bench: three contributors per cycle.
+pub mod leak {
+    use dsh_env::{OnError, Registration, Registry};
+
+    use super::{artifacts, puppet};
+
+    /// The resident set of this process, in KiB (`VmRSS` of /proc/self/status).
+    pub fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/self/status")
+    }
+
+    /// Registers a real component, an echoing puppet, and a puppet that always
+    /// fails under `on_error = "omit"`, so every cycle exercises an instance,
+    /// a store and an error.
+    pub async fn contributors(registry: &Registry) -> Vec<Registration> {
+        let lineage = registry
+            .load_file(artifacts::AGENT_LINEAGE.as_ref())
+            .unwrap();
+        let echo = puppet(
+            registry,
+            &[
+                ("name", "echo"),
+                ("keys", "DSH_ECHO_SESSION=s|DSH_ECHO_CALL=c"),
+                ("pairs", "DSH_ECHO_SESSION={session}|DSH_ECHO_CALL={call}"),
+            ],
+        );
+        let failing = puppet(
+            registry,
+            &[
+                ("name", "failing"),
+                ("keys", "DSH_FAILING=f"),
+                ("resolve", "err:always fails"),
+            ],
+        )
+        .with_on_error(OnError::Omit);
+        let mut registrations = Vec::new();
+        for component in [lineage, echo, failing] {
+            registrations.push(registry.register(component).await.unwrap());
+        }
+        registrations
+    }
+}
