@@ -220,12 +220,13 @@ impl Agent {
             .iter()
             .find(|run| run.blocked)
             .map(|run| run.stderr.clone());
+        let was_blocked = blocked.is_some();
         let (output, is_error) = match blocked {
             Some(reason) => (reason, true),
             None if call.name != BASH_TOOL_NAME => (format!("unknown tool `{}`", call.name), true),
             None => self.run_bash(&call_id, &call.arguments).await,
         };
-        if blocked_is_none(&hooks) {
+        if !was_blocked {
             let post = HookEvent::PostToolUse {
                 tool_name: HOOK_TOOL_NAME.into(),
                 tool_input: call.arguments.clone(),
@@ -274,8 +275,4 @@ impl Agent {
             Err(err) => (err.to_string(), true),
         }
     }
-}
-
-fn blocked_is_none(hooks: &[HookRun]) -> bool {
-    !hooks.iter().any(|run| run.blocked)
 }

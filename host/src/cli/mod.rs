@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use dsh_env::executor::{ScrubReason, scrub_reason};
 use dsh_env::{
-    Collection, DshHome, HomeContext, HomeSetting, LocalExecutor, Manifest, Mode, Registration,
-    Registry, ShellExecRequest, ToolExecution,
+    Collection, DshHome, ExecError, HomeContext, HomeSetting, LocalExecutor, Manifest, Mode,
+    Registration, Registry, ShellExecRequest, ToolExecution,
 };
 use serde_json::json;
 
@@ -248,17 +248,8 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             request.env = env.into_iter().collect();
             request.timeout = std::time::Duration::from_secs(timeout_secs);
             let executor = LocalExecutor;
-            // Refuse a bad request (e.g. a DSH_* --env) before anything is spawned.
-            dsh_env::executor::child_environment(
-                std::iter::empty(),
-                &request.env,
-                &request.dsh_env,
-            )
-            .map_err(Failure::config)?;
             let output = if background {
-                let handle = executor
-                    .spawn_background(request)
-                    .map_err(Failure::runtime)?;
+                let handle = executor.spawn_background(request).map_err(exec_failure)?;
                 if let Some(pid) = handle.pid {
                     eprintln!("dsh-env: started in the background as pid {pid}");
                 }
@@ -266,7 +257,7 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             } else {
                 executor.run(request).await
             }
-            .map_err(Failure::runtime)?;
+            .map_err(exec_failure)?;
             use std::io::Write;
             let _ = std::io::stdout().write_all(&output.stdout);
             let _ = std::io::stderr().write_all(&output.stderr);
@@ -465,6 +456,17 @@ async fn check(file: &Path, config: BTreeMap<String, String>, json: bool) -> Cli
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A request the executor refused before spawning (a `DSH_*` or malformed
+/// `--env`) is a usage error; anything after the spawn is a runtime failure.
+fn exec_failure(err: ExecError) -> Failure {
+    match err {
+        ExecError::ManagedNameInEnv(_) | ExecError::InvalidName(_) | ExecError::NulInValue(_) => {
+            Failure::config(err)
+        }
+        other => Failure::runtime(other),
+    }
 }
 
 fn parse_env_pair(text: &str) -> Result<(String, String), String> {
