@@ -1,20 +1,45 @@
 //! Precompiled components under `$DSH_HOME/cache/`, so each component is
-//! compiled once. An entry is keyed by the component's SHA-256 and the
-//! engine's compatibility hash, and carries its own digest: a changed file,
-//! another wasmtime or engine configuration, or a corrupt entry all lead to a
-//! clean recompile, never to a stale or broken artifact.
+//! compiled once and a later load maps a file instead of reading one.
+//!
+//! The directory holds, per engine configuration (`<engine>`):
+//! - `<content>-<engine>.cwasm`: the artifact `Component::serialize` wrote,
+//!   keyed by the SHA-256 of the component's bytes, mapped lazily with
+//!   `Component::deserialize_file` (so only the pages a guest uses are
+//!   resident, and they are shared with the page cache);
+//! - `<content>-<engine>.seal`: the artifact's SHA-256 and the file identity
+//!   (device, inode, size, mtime, ctime) it was verified at;
+//! - `<path>-<engine>.alias`: a component file's path and identity, hashed,
+//!   naming the `<content>` of its bytes.
+//!
+//! A load whose alias and seal match the files' current identities reads
+//! neither the component nor the artifact. Any write to either file changes
+//! its identity, so its bytes are hashed again: a changed component gets its
+//! own entry, and a corrupt or truncated artifact is recompiled, never run.
+//! Entries are only ever replaced by rename, never rewritten in place, so a
+//! mapped artifact does not change under a running guest.
 
+use std::fs;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// Bumped when the directory's layout changes, so old entries are ignored.
+const LAYOUT: &str = "v2";
+
 /// A directory of precompiled component artifacts.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
+}
+
+/// One artifact and its seal.
+struct Entry {
+    artifact: PathBuf,
+    seal: PathBuf,
 }
 
 impl ArtifactCache {
@@ -28,74 +53,173 @@ impl ArtifactCache {
         &self.dir
     }
 
-    /// The component for `bytes`: from the cache when a sound entry exists,
-    /// else compiled and stored. Cache trouble only costs a recompile.
-    pub(crate) fn load_or_compile(
+    /// The component in the file at `path`: mapped from a sealed entry when
+    /// the file is unchanged since it was aliased, else as [`Self::load_bytes`]
+    /// loads its bytes. Cache trouble only costs a read or a recompile.
+    pub(crate) fn load_file(
         &self,
         engine: &Engine,
-        bytes: &[u8],
-    ) -> wasmtime::Result<Component> {
-        let entry = self.entry_path(engine, bytes);
-        if let Some(component) = read_entry(engine, &entry) {
+        path: &Path,
+        compile: impl FnOnce(&[u8]) -> Result<Component, String>,
+    ) -> Result<Component, String> {
+        let tag = engine_tag(engine);
+        let before = Identity::of(path);
+        let alias = before.as_ref().and_then(|identity| {
+            let path = fs::canonicalize(path).ok()?;
+            let key = Sha256::digest(format!("{}\n{}", path.display(), identity.0));
+            Some(self.dir.join(format!("{}-{tag}.alias", hex(&key))))
+        });
+        if let Some(alias) = &alias
+            && let Ok(content) = fs::read_to_string(alias)
+            && is_digest(&content)
+            && let Some(component) = self.open(engine, &self.entry(&content, &tag))
+        {
             return Ok(component);
         }
-        let component = Component::new(engine, bytes)?;
-        if let Err(err) = self.write_entry(&entry, &component) {
-            tracing::warn!(
-                "cannot store precompiled artifact {}: {err}",
-                entry.display()
-            );
+        let bytes = fs::read(path).map_err(|e| e.to_string())?;
+        let (component, content) = self.load_keyed(engine, &bytes, &tag, compile)?;
+        // Alias only a file that did not change while it was read.
+        if let Some(alias) = alias
+            && Identity::of(path) == before
+            && let Err(err) = self.write(&alias, content.as_bytes())
+        {
+            tracing::warn!("cannot store cache alias {}: {err}", alias.display());
         }
         Ok(component)
     }
 
-    fn entry_path(&self, engine: &Engine, bytes: &[u8]) -> PathBuf {
-        let mut engine_hash = DefaultHasher::new();
-        env!("CARGO_PKG_VERSION").hash(&mut engine_hash);
-        engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine_hash);
-        let content = hex(&Sha256::digest(bytes));
-        self.dir
-            .join(format!("{content}-{:016x}.cwasm", engine_hash.finish()))
+    /// The component for `bytes`: mapped from a sound entry when one exists,
+    /// else compiled with `compile` and stored.
+    pub(crate) fn load_bytes(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        compile: impl FnOnce(&[u8]) -> Result<Component, String>,
+    ) -> Result<Component, String> {
+        let tag = engine_tag(engine);
+        Ok(self.load_keyed(engine, bytes, &tag, compile)?.0)
     }
 
-    fn write_entry(&self, entry: &Path, component: &Component) -> std::io::Result<()> {
+    /// [`Self::load_bytes`], also returning the content key.
+    fn load_keyed(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+        tag: &str,
+        compile: impl FnOnce(&[u8]) -> Result<Component, String>,
+    ) -> Result<(Component, String), String> {
+        let content = hex(&Sha256::digest(bytes));
+        let entry = self.entry(&content, tag);
+        if let Some(component) = self.open(engine, &entry) {
+            return Ok((component, content));
+        }
+        let component = compile(bytes)?;
+        if let Err(err) = self.store(&entry, &component) {
+            tracing::warn!(
+                "cannot store precompiled artifact {}: {err}",
+                entry.artifact.display()
+            );
+        }
+        Ok((component, content))
+    }
+
+    fn entry(&self, content: &str, tag: &str) -> Entry {
+        let stem = format!("{content}-{tag}");
+        Entry {
+            artifact: self.dir.join(format!("{stem}.cwasm")),
+            seal: self.dir.join(format!("{stem}.seal")),
+        }
+    }
+
+    /// The entry's component, if it is sealed as it is now (or its bytes
+    /// still match the seal's digest) and this engine accepts it.
+    fn open(&self, engine: &Engine, entry: &Entry) -> Option<Component> {
+        let seal = fs::read_to_string(&entry.seal).ok()?;
+        let (digest, sealed) = seal.split_once(' ')?;
+        let identity = Identity::of(&entry.artifact)?;
+        if identity.0 != sealed {
+            // Written since it was sealed: trust the bytes only if they match.
+            let artifact = fs::read(&entry.artifact).ok()?;
+            if hex(&Sha256::digest(&artifact)) != digest {
+                tracing::warn!(
+                    "corrupt precompiled artifact {}; recompiling",
+                    entry.artifact.display()
+                );
+                return None;
+            }
+            let resealed = Identity::of(&entry.artifact)?;
+            if let Err(err) = self.write(&entry.seal, format!("{digest} {}", resealed.0)) {
+                tracing::warn!("cannot reseal {}: {err}", entry.artifact.display());
+            }
+        }
+        // SAFETY: the artifact is one `Component::serialize` wrote (its digest
+        // or its sealed identity says so), it is replaced only by rename, and
+        // wasmtime itself refuses artifacts from another version or engine
+        // configuration.
+        match unsafe { Component::deserialize_file(engine, &entry.artifact) } {
+            Ok(component) => Some(component),
+            Err(err) => {
+                tracing::warn!(
+                    "unusable precompiled artifact {}: {err}; recompiling",
+                    entry.artifact.display()
+                );
+                None
+            }
+        }
+    }
+
+    fn store(&self, entry: &Entry, component: &Component) -> std::io::Result<()> {
         let artifact = component.serialize().map_err(std::io::Error::other)?;
-        let mut file = Sha256::digest(&artifact).to_vec();
-        file.extend_from_slice(&artifact);
-        std::fs::create_dir_all(&self.dir)?;
-        // Write then rename, so a reader never sees a partial entry.
-        let partial = entry.with_extension(format!("partial-{}", std::process::id()));
-        std::fs::write(&partial, &file)?;
-        std::fs::rename(&partial, entry)
+        self.write(&entry.artifact, &artifact)?;
+        let identity = Identity::of(&entry.artifact)
+            .ok_or_else(|| std::io::Error::other("the artifact vanished after writing"))?;
+        let digest = hex(&Sha256::digest(&artifact));
+        self.write(&entry.seal, format!("{digest} {}", identity.0))
+    }
+
+    /// Writes `path` then renames it into place, so a reader never sees a
+    /// partial file and a mapped file is never changed.
+    fn write(&self, path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        let partial = path.with_extension(format!("partial-{}", std::process::id()));
+        fs::write(&partial, contents)?;
+        fs::rename(&partial, path)
     }
 }
 
-/// The cached component, if the entry exists, is intact, and this engine accepts it.
-fn read_entry(engine: &Engine, entry: &Path) -> Option<Component> {
-    let file = std::fs::read(entry).ok()?;
-    let (digest, artifact) = file.split_at_checked(32)?;
-    if Sha256::digest(artifact).as_slice() != digest {
-        tracing::warn!(
-            "corrupt precompiled artifact {}; recompiling",
-            entry.display()
-        );
-        return None;
+/// What tells one version of a file from another without reading it: any
+/// write, truncation, replacement or `touch` changes a field.
+#[derive(Debug, PartialEq, Eq)]
+struct Identity(String);
+
+impl Identity {
+    fn of(path: &Path) -> Option<Identity> {
+        let m = fs::metadata(path).ok()?;
+        Some(Identity(format!(
+            "{}:{}:{}:{}.{}:{}.{}",
+            m.dev(),
+            m.ino(),
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        )))
     }
-    // SAFETY: the artifact was produced by `Component::serialize` in this
-    // cache (its digest matches what we wrote), and wasmtime itself refuses
-    // artifacts from another version or engine configuration.
-    match unsafe { Component::deserialize(engine, artifact) } {
-        Ok(component) => Some(component),
-        Err(err) => {
-            tracing::warn!(
-                "unusable precompiled artifact {}: {err}; recompiling",
-                entry.display()
-            );
-            None
-        }
-    }
+}
+
+/// The engine's part of an entry's name: this crate's version, the cache
+/// layout, and wasmtime's compatibility hash of the engine configuration.
+fn engine_tag(engine: &Engine) -> String {
+    let mut hasher = DefaultHasher::new();
+    env!("CARGO_PKG_VERSION").hash(&mut hasher);
+    LAYOUT.hash(&mut hasher);
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn hex(bytes: &[u8]) -> String {

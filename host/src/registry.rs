@@ -17,7 +17,9 @@ use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
 use crate::manifest::{CwdGrant, Manifest, OnError};
 use crate::overlay::Overlay;
-use crate::sandbox::{ContributorComponent, Grants, GuestFailure, LoadError, Phase, Sandbox};
+use crate::sandbox::{
+    ContributorComponent, Grants, GuestFailure, LoadError, Phase, Sandbox, Source,
+};
 
 /// The owner shown for dsh-env's built-in keys.
 pub const BUILTIN_OWNER: &str = "dsh-env";
@@ -225,14 +227,11 @@ impl Registry {
         &self.inner.home
     }
 
-    /// Compiles a component from a file.
+    /// Compiles a component from a file, or maps it from the cache when the
+    /// file is unchanged since it was compiled.
     pub fn load_file(&self, path: &Path) -> Result<ContributorComponent, LoadError> {
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| LoadError {
-            origin: origin.clone(),
-            reason: e.to_string(),
-        })?;
-        self.load_bytes(&origin, &bytes)
+        (self.inner.sandbox).load(&origin, Source::File(path), &self.inner.cache)
     }
 
     /// Compiles a component from bytes (or takes it from the cache); `origin`
@@ -242,7 +241,7 @@ impl Registry {
         origin: &str,
         bytes: &[u8],
     ) -> Result<ContributorComponent, LoadError> {
-        self.inner.sandbox.load(origin, bytes, &self.inner.cache)
+        (self.inner.sandbox).load(origin, Source::Bytes(bytes), &self.inner.cache)
     }
 
     /// The precompiled-artifact cache.

@@ -152,6 +152,14 @@ impl ContributorComponent {
     }
 }
 
+/// Where a component's bytes come from.
+pub(crate) enum Source<'a> {
+    /// A file, which the cache may map without reading.
+    File(&'a std::path::Path),
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+}
+
 /// Why a component could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot load contributor component {origin}: {reason}")]
@@ -270,23 +278,29 @@ impl Sandbox {
         })
     }
 
-    /// Compiles `bytes` and checks that it targets the contributor world.
+    /// Compiles `source` (or maps it from the cache) and checks that it
+    /// targets the contributor world.
     pub(crate) fn load(
         &self,
         origin: &str,
-        bytes: &[u8],
+        source: Source<'_>,
         cache: &ArtifactCache,
     ) -> Result<ContributorComponent, LoadError> {
         let fail = |reason: String| LoadError {
             origin: origin.to_string(),
             reason,
         };
-        if !is_component(bytes) {
-            return Err(fail(not_a_component(bytes).into()));
+        let compile = |bytes: &[u8]| {
+            if !is_component(bytes) {
+                return Err(not_a_component(bytes).to_string());
+            }
+            Component::new(&self.engine, bytes).map_err(|e| format!("{e:#}"))
+        };
+        let component = match source {
+            Source::File(path) => cache.load_file(&self.engine, path, compile),
+            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, compile),
         }
-        let component: Component = cache
-            .load_or_compile(&self.engine, bytes)
-            .map_err(|e| fail(format!("{e:#}")))?;
+        .map_err(fail)?;
         let imports = component
             .component_type()
             .imports(&self.engine)

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dsh_env::sandbox::Grants;
+use dsh_env::sandbox::{ContributorComponent, Grants};
 use dsh_env::{
     Agent, NativeContributor, Overlay, RawDeclaration, Registration, Registry, ToolExecution,
 };
@@ -330,9 +330,14 @@ impl Example {
         Path::new(self.path).exists()
     }
 
-    /// Loads and registers it (git-context gets the cwd grant it needs).
+    /// Loads and registers it.
     async fn register(&self, registry: &Registry) -> Registration {
-        let component = registry
+        registry.register(self.load(registry)).await.unwrap()
+    }
+
+    /// Loads it, configured (git-context gets the cwd grant it needs).
+    fn load(&self, registry: &Registry) -> ContributorComponent {
+        registry
             .load_file(self.path.as_ref())
             .unwrap()
             .with_config(
@@ -343,8 +348,7 @@ impl Example {
             .with_grants(Grants {
                 env: Vec::new(),
                 cwd_read: self.path == artifacts::GIT_CONTEXT,
-            });
-        registry.register(component).await.unwrap()
+            })
     }
 }
 
@@ -544,16 +548,24 @@ fn startup_child() {
         let mut registrations = Vec::new();
         for example in EXAMPLES.iter().filter(|e| e.built()) {
             let started = Instant::now();
-            registrations.push(example.register(&registry).await);
+            let component = example.load(&registry);
+            let loaded = started.elapsed();
+            registrations.push(registry.register(component).await.unwrap());
             each.insert(
                 example.name.into(),
-                json!(started.elapsed().as_secs_f64() * 1e3),
+                json!({
+                    "total": started.elapsed().as_secs_f64() * 1e3,
+                    "load": loaded.as_secs_f64() * 1e3,
+                }),
             );
         }
         registrations
     });
     let total = start.elapsed();
     let rss_loaded = proc_status_kib("VmRSS:");
+    let rss_loaded_anon = proc_status_kib("RssAnon:");
+    let rss_loaded_file = proc_status_kib("RssFile:");
+    let rss_loaded_shmem = proc_status_kib("RssShmem:");
     let first = Instant::now();
     runtime.block_on(registry.collect(&execution())).unwrap();
     let first_collect = first.elapsed();
@@ -585,6 +597,9 @@ fn startup_child() {
         "rss_before_kib": rss_before,
         "rss_empty_registry_kib": rss_empty,
         "rss_loaded_kib": rss_loaded,
+        "rss_loaded_anon_kib": rss_loaded_anon,
+        "rss_loaded_file_kib": rss_loaded_file,
+        "rss_loaded_shmem_kib": rss_loaded_shmem,
         "rss_after_first_collect_kib": rss_first,
         "rss_after_burst_kib": proc_status_kib("VmRSS:"),
         "burst_collects": WARM_CALLERS * WARM_COLLECTS_EACH,
@@ -1104,7 +1119,13 @@ fn print_report(report: &Value) {
     );
     if let Some(each) = s["register_each_ms"].as_object() {
         for (name, value) in each {
-            println!("  {name:<27} {:>8.2} ms", value.as_f64().unwrap());
+            println!(
+                "  {name:<27} {:>8.2} ms  (load {:.2} ms, declare and register {:.2} ms)",
+                value["total"].as_f64().unwrap_or(f64::NAN),
+                value["load"].as_f64().unwrap_or(f64::NAN),
+                value["total"].as_f64().unwrap_or(f64::NAN)
+                    - value["load"].as_f64().unwrap_or(f64::NAN),
+            );
         }
     }
     println!(
@@ -1123,6 +1144,12 @@ fn print_report(report: &Value) {
         kib("rss_empty_registry_kib"),
         kib("rss_loaded_kib"),
         kib("rss_after_first_collect_kib")
+    );
+    println!(
+        "  loaded: {:.1} MiB anonymous, {:.1} MiB file-backed, {:.1} MiB shared memory",
+        kib("rss_loaded_anon_kib"),
+        kib("rss_loaded_file_kib"),
+        kib("rss_loaded_shmem_kib")
     );
     println!(
         "VmRSS after {} more collect()s by {WARM_CALLERS} callers: {:.1} MiB",

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 use dsh_env::{DshHome, Registry};
 use dsh_env_tests::{agent_call, artifacts};
 
+/// The cache's precompiled artifacts (not its seals and aliases).
 fn entries(registry: &Registry) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
         .map(|dir| dir.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "cwasm"));
     paths.sort();
     paths
 }
@@ -96,4 +98,41 @@ async fn a_changed_file_gets_its_own_entry() {
         "the new file's code runs"
     );
     assert_eq!(entries(&registry).len(), 2);
+}
+
+#[tokio::test]
+async fn a_copied_cache_is_used_without_recompiling() {
+    let (home, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let registry = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    let artifact = std::fs::read(&entries(&registry)[0]).unwrap();
+
+    // Every file gets a new identity, so the copy is verified by digest, not
+    // recompiled; an artifact with a foreign byte in it would not be.
+    let copied = copy.path().join("cache");
+    std::fs::create_dir(&copied).unwrap();
+    for file in std::fs::read_dir(registry.cache().dir()).unwrap() {
+        let file = file.unwrap().path();
+        std::fs::copy(&file, copied.join(file.file_name().unwrap())).unwrap();
+    }
+    let moved = Registry::new(DshHome::from_absolute(copy.path()).unwrap()).unwrap();
+    let seal =
+        |r: &Registry| std::fs::read_to_string(entries(r)[0].with_extension("seal")).unwrap();
+    let before = seal(&moved);
+    assert_eq!(
+        depth_of(&moved, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(std::fs::read(&entries(&moved)[0]).unwrap(), artifact);
+    assert_ne!(seal(&moved), before, "the copy was verified and resealed");
+    assert_eq!(
+        seal(&moved).split_once(' ').unwrap().0,
+        before.split_once(' ').unwrap().0,
+        "same digest"
+    );
 }
