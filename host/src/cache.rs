@@ -9,7 +9,11 @@
 //! - `<content>-<engine>.seal`: the artifact's SHA-256 and the file identity
 //!   (device, inode, size, mtime, ctime) it was verified at;
 //! - `<path>-<engine>.alias`: a component file's path and identity, hashed,
-//!   naming the `<content>` of its bytes.
+//!   naming the `<content>` of its bytes;
+//! - `<inputs>-<engine>.declaration`: what a component declared, keyed by its
+//!   content and everything `declare` can see (config, env grants, limits),
+//!   so that registering from a warm cache need not instantiate the guest.
+//!   The host checks a remembered declaration by the same rules as a fresh one.
 //!
 //! A load whose alias and seal match the files' current identities reads
 //! neither the component nor the artifact. Any write to either file changes
@@ -26,6 +30,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use crate::declaration::RawDeclaration;
 
 /// Bumped when the directory's layout changes, so old entries are ignored.
 const LAYOUT: &str = "v2";
@@ -61,7 +67,7 @@ impl ArtifactCache {
         engine: &Engine,
         path: &Path,
         compile: impl FnOnce(&[u8]) -> Result<Component, String>,
-    ) -> Result<Component, String> {
+    ) -> Result<(Component, String), String> {
         let tag = engine_tag(engine);
         let before = Identity::of(path);
         let alias = before.as_ref().and_then(|identity| {
@@ -74,7 +80,7 @@ impl ArtifactCache {
             && is_digest(&content)
             && let Some(component) = self.open(engine, &self.entry(&content, &tag))
         {
-            return Ok(component);
+            return Ok((component, content));
         }
         let bytes = fs::read(path).map_err(|e| e.to_string())?;
         let (component, content) = self.load_keyed(engine, &bytes, &tag, compile)?;
@@ -85,22 +91,46 @@ impl ArtifactCache {
         {
             tracing::warn!("cannot store cache alias {}: {err}", alias.display());
         }
-        Ok(component)
+        Ok((component, content))
     }
 
-    /// The component for `bytes`: mapped from a sound entry when one exists,
-    /// else compiled with `compile` and stored.
+    /// The component for `bytes`, and the SHA-256 of `bytes`: mapped from a
+    /// sound entry when one exists, else compiled with `compile` and stored.
     pub(crate) fn load_bytes(
         &self,
         engine: &Engine,
         bytes: &[u8],
         compile: impl FnOnce(&[u8]) -> Result<Component, String>,
-    ) -> Result<Component, String> {
-        let tag = engine_tag(engine);
-        Ok(self.load_keyed(engine, bytes, &tag, compile)?.0)
+    ) -> Result<(Component, String), String> {
+        self.load_keyed(engine, bytes, &engine_tag(engine), compile)
     }
 
-    /// [`Self::load_bytes`], also returning the content key.
+    /// A declaration stored by [`Self::store_declaration`] under `key`, if
+    /// there is a readable one.
+    pub(crate) fn declaration(&self, engine: &Engine, key: &str) -> Option<RawDeclaration> {
+        let path = self.declaration_path(engine, key);
+        serde_json::from_slice(&fs::read(path).ok()?).ok()
+    }
+
+    /// Remembers what a component declared under `key`, which must name
+    /// everything the declaration can depend on (see
+    /// `ContributorComponent::declaration_key`).
+    pub(crate) fn store_declaration(&self, engine: &Engine, key: &str, raw: &RawDeclaration) {
+        let path = self.declaration_path(engine, key);
+        let written = serde_json::to_vec(raw)
+            .map_err(std::io::Error::other)
+            .and_then(|json| self.write(&path, json));
+        if let Err(err) = written {
+            tracing::warn!("cannot store declaration {}: {err}", path.display());
+        }
+    }
+
+    fn declaration_path(&self, engine: &Engine, key: &str) -> PathBuf {
+        let tag = engine_tag(engine);
+        self.dir.join(format!("{key}-{tag}.declaration"))
+    }
+
+    /// [`Self::load_bytes`] for an engine `tag` already computed.
     fn load_keyed(
         &self,
         engine: &Engine,

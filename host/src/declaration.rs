@@ -8,7 +8,7 @@ use crate::key::{DshKey, KeyError};
 use crate::limits::Limits;
 
 /// A declaration as a contributor gave it, not yet checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RawDeclaration {
     /// The contributor's name.
     pub name: String,

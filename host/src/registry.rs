@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::ArtifactCache;
@@ -250,44 +250,50 @@ impl Registry {
     }
 
     /// Registers every contributor of `manifest`, all or nothing: on the
-    /// first failure, the ones already registered are removed again.
+    /// first failure (in manifest order), the ones already registered are
+    /// removed again. Components are loaded in parallel, then registered in
+    /// order.
     pub async fn register_manifest(
         &self,
         manifest: &Manifest,
     ) -> Result<Vec<Registration>, RegistryError> {
-        let mut registrations = Vec::with_capacity(manifest.contributors.len());
-        for entry in &manifest.contributors {
-            let invalid = |message| RegistryError::ManifestEntry {
-                manifest: manifest.origin.clone(),
-                entry: entry.path.display().to_string(),
-                message,
-            };
-            let limits = entry.limits().map_err(invalid)?;
-            let config = entry.config().map_err(invalid)?;
-            let grants = Grants {
-                env: (entry.grants.env.iter())
-                    .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
-                    .collect(),
-                cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
-            };
-            let component = self
-                .load_file(&manifest.component_path(entry))?
-                .with_config(config)
-                .with_limits(limits)
-                .with_grants(grants)
-                .with_on_error(entry.on_error);
-            registrations.push(self.register(component).await?);
+        let loaded: Vec<Result<ContributorComponent, RegistryError>> =
+            parallel_map(&manifest.contributors, |entry| {
+                let invalid = |message| RegistryError::ManifestEntry {
+                    manifest: manifest.origin.clone(),
+                    entry: entry.path.display().to_string(),
+                    message,
+                };
+                let limits = entry.limits().map_err(invalid)?;
+                let config = entry.config().map_err(invalid)?;
+                let grants = Grants {
+                    env: (entry.grants.env.iter())
+                        .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+                        .collect(),
+                    cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
+                };
+                Ok(self
+                    .load_file(&manifest.component_path(entry))?
+                    .with_config(config)
+                    .with_limits(limits)
+                    .with_grants(grants)
+                    .with_on_error(entry.on_error))
+            });
+        let mut registrations = Vec::with_capacity(loaded.len());
+        for component in loaded {
+            registrations.push(self.register(component?).await?);
         }
         Ok(registrations)
     }
 
-    /// Calls `declare` once, in a sandbox, checks the declaration, and
-    /// registers the component.
+    /// Calls `declare` once, in a sandbox (or takes what the same component
+    /// with the same config, grants and limits declared before, from the
+    /// cache), checks the declaration, and registers the component.
     pub async fn register(
         &self,
         component: ContributorComponent,
     ) -> Result<Registration, RegistryError> {
-        let raw = self.declare(&component).await?;
+        let raw = self.remembered_declaration(&component).await?;
         let (limits, on_error) = (component.limits().clone(), component.on_error());
         self.insert(raw, Resolver::Wasm(Box::new(component)), limits, on_error)
     }
@@ -309,6 +315,21 @@ impl Registry {
             }
         }
         Ok((raw, problems))
+    }
+
+    /// [`Registry::declare`], remembered in the cache.
+    async fn remembered_declaration(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, ContributorError> {
+        let (cache, engine) = (&self.inner.cache, self.inner.sandbox.engine());
+        let key = component.declaration_key();
+        if let Some(raw) = cache.declaration(engine, &key) {
+            return Ok(raw);
+        }
+        let raw = self.declare(component).await?;
+        cache.store_declaration(engine, &key, &raw);
+        Ok(raw)
     }
 
     async fn declare(
@@ -467,6 +488,42 @@ impl Registry {
             omitted,
         })
     }
+}
+
+/// `f` over `items` on up to one thread per core, results in `items`' order.
+/// Loading is CPU-bound (deserializing a large component's metadata takes
+/// milliseconds), so a manifest loads about as fast as its largest component.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if workers <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break done };
+                done.push((i, f(item)));
+            }
+        };
+        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for helper in helpers {
+            // A panic in `f` is a bug in the host, not guest input: pass it on.
+            all.extend(
+                helper
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            );
+        }
+        all
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The rules that need the other contributors: a unique name, unowned keys.

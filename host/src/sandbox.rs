@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, Trap};
@@ -78,6 +79,8 @@ pub enum GuestFailure {
 #[derive(Clone)]
 pub struct ContributorComponent {
     origin: String,
+    /// SHA-256 of the component's bytes.
+    content: Arc<str>,
     pre: bindings::ContributorPre<GuestState>,
     config: Arc<BTreeMap<String, String>>,
     limits: Limits,
@@ -138,6 +141,20 @@ impl ContributorComponent {
     pub fn with_grants(mut self, grants: Grants) -> Self {
         self.grants = grants;
         self
+    }
+
+    /// Names everything `declare` can depend on: the component's bytes, its
+    /// config, its env grants and its limits (its cwd grant is not in effect
+    /// during `declare`, which has no execution).
+    pub(crate) fn declaration_key(&self) -> String {
+        let inputs = format!(
+            "{}\n{:?}\n{:?}\n{:?}",
+            self.content, self.config, self.grants.env, self.limits
+        );
+        Sha256::digest(inputs)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// What a failure of this contributor does to an execution.
@@ -278,6 +295,11 @@ impl Sandbox {
         })
     }
 
+    /// The engine every component is compiled for.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Compiles `source` (or maps it from the cache) and checks that it
     /// targets the contributor world.
     pub(crate) fn load(
@@ -296,7 +318,7 @@ impl Sandbox {
             }
             Component::new(&self.engine, bytes).map_err(|e| format!("{e:#}"))
         };
-        let component = match source {
+        let (component, content) = match source {
             Source::File(path) => cache.load_file(&self.engine, path, compile),
             Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, compile),
         }
@@ -314,6 +336,7 @@ impl Sandbox {
             .map_err(|e| fail(format!("not a dsh:env/contributor component: {e:#}")))?;
         Ok(ContributorComponent {
             origin: origin.to_string(),
+            content: content.into(),
             pre,
             config: Arc::default(),
             limits: Limits::default(),

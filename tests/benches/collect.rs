@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use dsh_env::manifest::Manifest;
 use dsh_env::sandbox::{ContributorComponent, Grants};
 use dsh_env::{
     Agent, NativeContributor, Overlay, RawDeclaration, Registration, Registry, ToolExecution,
@@ -352,6 +353,24 @@ impl Example {
     }
 }
 
+/// A manifest of `examples`, as `dsh-env --manifest` would read one.
+fn examples_manifest(examples: &[&Example]) -> Manifest {
+    let mut text = String::new();
+    for example in examples {
+        text += &format!("[[contributor]]\npath = {:?}\n", example.path);
+        if !example.config.is_empty() {
+            text += "[contributor.config]\n";
+            for (key, value) in example.config {
+                text += &format!("{key} = {value:?}\n");
+            }
+        }
+        if example.path == artifacts::GIT_CONTEXT {
+            text += "[contributor.grants]\ncwd = \"read\"\n";
+        }
+    }
+    Manifest::parse(&text, "bench examples", PathBuf::from("/")).unwrap()
+}
+
 /// A registry with `examples` registered.
 async fn examples<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Setup {
     let registry = registry();
@@ -543,24 +562,11 @@ fn startup_child() {
     let new_time = start.elapsed();
     let rss_empty = proc_status_kib("VmRSS:");
     let vm_empty = proc_status_kib("VmSize:");
-    let mut each = serde_json::Map::new();
-    let registrations = runtime.block_on(async {
-        let mut registrations = Vec::new();
-        for example in EXAMPLES.iter().filter(|e| e.built()) {
-            let started = Instant::now();
-            let component = example.load(&registry);
-            let loaded = started.elapsed();
-            registrations.push(registry.register(component).await.unwrap());
-            each.insert(
-                example.name.into(),
-                json!({
-                    "total": started.elapsed().as_secs_f64() * 1e3,
-                    "load": loaded.as_secs_f64() * 1e3,
-                }),
-            );
-        }
-        registrations
-    });
+    let built: Vec<&Example> = EXAMPLES.iter().filter(|e| e.built()).collect();
+    let manifest = examples_manifest(&built);
+    let registrations = runtime
+        .block_on(registry.register_manifest(&manifest))
+        .unwrap();
     let total = start.elapsed();
     let rss_loaded = proc_status_kib("VmRSS:");
     let rss_loaded_anon = proc_status_kib("RssAnon:");
@@ -591,7 +597,7 @@ fn startup_child() {
         "registry_new_ms": new_time.as_secs_f64() * 1e3,
         "register_all_ms": (total - new_time).as_secs_f64() * 1e3,
         "total_ms": total.as_secs_f64() * 1e3,
-        "register_each_ms": each,
+        "examples": built.iter().map(|e| e.name).collect::<Vec<_>>(),
         "first_collect_ms": first_collect.as_secs_f64() * 1e3,
         "contributors": registrations.len(),
         "rss_before_kib": rss_before,
@@ -1117,16 +1123,9 @@ fn print_report(report: &Value) {
         s["contributors"],
         ms("register_all_ms")
     );
-    if let Some(each) = s["register_each_ms"].as_object() {
-        for (name, value) in each {
-            println!(
-                "  {name:<27} {:>8.2} ms  (load {:.2} ms, declare and register {:.2} ms)",
-                value["total"].as_f64().unwrap_or(f64::NAN),
-                value["load"].as_f64().unwrap_or(f64::NAN),
-                value["total"].as_f64().unwrap_or(f64::NAN)
-                    - value["load"].as_f64().unwrap_or(f64::NAN),
-            );
-        }
+    if let Some(examples) = s["examples"].as_array() {
+        let names: Vec<&str> = examples.iter().filter_map(Value::as_str).collect();
+        println!("  (one manifest: {})", names.join(", "));
     }
     println!(
         "total                         {:>8.2} ms  (min {:.2}, max {:.2})",

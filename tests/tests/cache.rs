@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use dsh_env::{DshHome, Registry};
-use dsh_env_tests::{agent_call, artifacts};
+use dsh_env_tests::{agent_call, artifacts, puppet};
 
 /// The cache's precompiled artifacts (not its seals and aliases).
 fn entries(registry: &Registry) -> Vec<PathBuf> {
@@ -135,4 +135,45 @@ async fn a_copied_cache_is_used_without_recompiling() {
         before.split_once(' ').unwrap().0,
         "same digest"
     );
+}
+
+#[tokio::test]
+async fn a_declaration_is_remembered_per_component_and_config() {
+    let home = tempfile::tempdir().unwrap();
+    let new_registry = || Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    async fn declared_name(registry: &Registry, name: &str) -> String {
+        let component = puppet(registry, &[("name", name), ("keys", "DSH_REMEMBERED=r")]);
+        let registration = registry.register(component).await.unwrap();
+        registration.name().to_string()
+    }
+    let declarations = |registry: &Registry| -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "declaration"))
+            .collect();
+        paths.sort();
+        paths
+    };
+
+    let first = new_registry();
+    assert_eq!(declared_name(&first, "first").await, "first");
+    let stored = declarations(&first);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+
+    // A later registration of the same component and config takes the
+    // remembered declaration instead of running `declare`: edit it, and the
+    // edit shows.
+    let text = std::fs::read_to_string(&stored[0]).unwrap();
+    std::fs::write(&stored[0], text.replace("\"first\"", "\"remembered\"")).unwrap();
+    let second = new_registry();
+    assert_eq!(declared_name(&second, "first").await, "remembered");
+
+    // Another config is another declaration, from the guest.
+    assert_eq!(declared_name(&second, "other").await, "other");
+    assert_eq!(declarations(&second).len(), 2);
+
+    // An unreadable remembered declaration is declared afresh.
+    std::fs::write(&stored[0], "not json").unwrap();
+    assert_eq!(declared_name(&new_registry(), "first").await, "first");
 }
