@@ -430,6 +430,14 @@ impl Registry {
         Ok(self.collect_report(execution).await?.overlay)
     }
 
+    /// Drops the instances of finished calls. `collect` leaves them for later
+    /// so that the overlay is not delayed by their teardown; the bash tool
+    /// calls this while its child starts, and a `collect` does it when many
+    /// are waiting or the pool is full.
+    pub fn reclaim(&self) {
+        self.inner.sandbox.reclaim();
+    }
+
     /// [`Registry::collect`], also reporting the contributors that failed
     /// under `on_error = "omit"` and were left out.
     pub async fn collect_report(

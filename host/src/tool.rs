@@ -139,8 +139,26 @@ impl<E: ShellExecutor> BashTool<E> {
         let mut request = ShellExecRequest::new(arguments.command, workdir, overlay);
         request.timeout = timeout;
         Ok(match mode {
-            Mode::Foreground => BashOutcome::Finished(self.executor.run(request).await?),
-            Mode::Background => BashOutcome::Started(self.executor.spawn_background(request)?),
+            Mode::Foreground => {
+                let mut run = std::pin::pin!(self.executor.run(request));
+                let mut reclaimed = false;
+                // The first poll spawns the child; the contributors' finished
+                // instances are torn down while it starts, not before.
+                let output = std::future::poll_fn(|cx| {
+                    let poll = run.as_mut().poll(cx);
+                    if !std::mem::replace(&mut reclaimed, true) {
+                        self.registry.reclaim();
+                    }
+                    poll
+                })
+                .await?;
+                BashOutcome::Finished(output)
+            }
+            Mode::Background => {
+                let handle = self.executor.spawn_background(request)?;
+                self.registry.reclaim();
+                BashOutcome::Started(handle)
+            }
         })
     }
 }

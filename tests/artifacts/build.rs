@@ -20,6 +20,7 @@ const GUESTS: &[(&str, &str, &str)] = &[
     ("CALL_TRACE", "call-trace", "contributors/call-trace"),
     ("GIT_CONTEXT", "git-context", "contributors/git-context"),
     ("PUPPET", "puppet", "tests/guests/puppet"),
+    ("ECHO", "echo", "tests/guests/echo"),
 ];
 
 fn main() {

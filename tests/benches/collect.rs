@@ -29,10 +29,12 @@ use std::time::{Duration, Instant};
 
 use dsh_env::manifest::Manifest;
 use dsh_env::sandbox::{ContributorComponent, Grants};
+use dsh_env::tool::{BashOutcome, BashTool};
 use dsh_env::{
-    Agent, NativeContributor, Overlay, RawDeclaration, Registration, Registry, ToolExecution,
+    Agent, LocalExecutor, NativeContributor, Overlay, RawDeclaration, Registration, Registry,
+    ToolExecution,
 };
-use dsh_env_tests::{artifacts, puppet, registry};
+use dsh_env_tests::{artifacts, echo, puppet, registry};
 use serde_json::{Value, json};
 
 /// Interleaved rounds per latency row.
@@ -227,7 +229,7 @@ struct Setup {
     registrations: Vec<Registration>,
 }
 
-/// `agent-lineage`, then `count - 1` puppets that each echo the session id.
+/// `agent-lineage`, then `count - 1` echo guests that each echo the session id.
 async fn wasm_contributors(count: usize) -> Setup {
     let registry = registry();
     let mut registrations = Vec::new();
@@ -236,12 +238,7 @@ async fn wasm_contributors(count: usize) -> Setup {
         .unwrap();
     registrations.push(registry.register(lineage).await.unwrap());
     for i in 1..count {
-        let (name, keys) = (format!("echo-{i}"), format!("DSH_ECHO_{i}=e"));
-        let pairs = format!("DSH_ECHO_{i}={{session}}");
-        let component = puppet(
-            &registry,
-            &[("name", &name), ("keys", &keys), ("pairs", &pairs)],
-        );
+        let component = echo(&registry, &format!("echo-{i}"), &format!("DSH_ECHO_{i}"));
         registrations.push(registry.register(component).await.unwrap());
     }
     Setup {
@@ -407,6 +404,28 @@ impl Row {
                 let overlay = registry.collect(&execution).await.unwrap();
                 let elapsed = start.elapsed();
                 drop(overlay);
+                // As the bash tool does while its child starts.
+                registry.reclaim();
+                elapsed
+            })
+        })
+    }
+
+    /// One bash tool call running `true`, end to end: collect, spawn
+    /// `bash -c true` with the overlay, wait for it.
+    fn tool(name: &str, key: &str, setup: &Setup, execution: &Arc<ToolExecution>) -> Row {
+        let tool = BashTool::new(setup.registry.clone(), LocalExecutor, "/tmp");
+        let execution = execution.clone();
+        Row::new(name, key, move || {
+            let (tool, execution) = (tool.clone(), execution.clone());
+            Box::pin(async move {
+                let start = Instant::now();
+                let outcome = tool
+                    .call(&execution, &json!({ "command": "true" }))
+                    .await
+                    .unwrap();
+                let elapsed = start.elapsed();
+                assert!(matches!(outcome, BashOutcome::Finished(o) if o.exit_code == Some(0)));
                 elapsed
             })
         })
@@ -507,6 +526,7 @@ async fn throughput(registry: &Registry, callers: usize) -> f64 {
                 let execution = execution();
                 while !stop.load(Ordering::Relaxed) {
                     registry.collect(&execution).await.unwrap();
+                    registry.reclaim();
                     if counting.load(Ordering::Relaxed) {
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -825,6 +845,18 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
     ] {
         rows.push(Row::collect(name, key, setup, &execution));
     }
+    rows.push(Row::tool(
+        "bash tool: true, built-ins only",
+        "tool_builtins",
+        &builtins,
+        &execution,
+    ));
+    rows.push(Row::tool(
+        "bash tool: true, 8 Rust WASM",
+        "tool_wasm_8",
+        &wasm_8,
+        &execution,
+    ));
     if let Some((one, eight)) = &hook_c {
         rows.push(Row::collect(
             "1 hook (compiled)",
@@ -885,7 +917,15 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
     let p99 = |r: &Row| r.p99();
     // (JSON key, label, numerator row, denominator row, target: "max" or
     // "min" and its value; "" for none).
-    let comparisons: [(&str, &str, &str, &str, &str, f64); 9] = [
+    let comparisons: [(&str, &str, &str, &str, &str, f64); 10] = [
+        (
+            "tool_wasm_8_over_tool_builtins",
+            "bash tool call, 8 WASM / built-ins only (end to end)",
+            "tool_wasm_8",
+            "tool_builtins",
+            "max",
+            1.15,
+        ),
         (
             "wasm_8_over_spawn_bash_tokio",
             "8 WASM collect / bash -c true (tokio, as the executor spawns)",

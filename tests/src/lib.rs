@@ -15,12 +15,22 @@ pub fn registry() -> Registry {
 
 /// The puppet guest, configured by `config` (see tests/guests/puppet).
 pub fn puppet(registry: &Registry, config: &[(&str, &str)]) -> ContributorComponent {
+    configured(registry, artifacts::PUPPET, config)
+}
+
+/// The echo guest, named `name`, echoing the session id under `key` (see
+/// tests/guests/echo).
+pub fn echo(registry: &Registry, name: &str, key: &str) -> ContributorComponent {
+    configured(registry, artifacts::ECHO, &[("name", name), ("key", key)])
+}
+
+fn configured(registry: &Registry, path: &str, config: &[(&str, &str)]) -> ContributorComponent {
     let config: BTreeMap<String, String> = config
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     registry
-        .load_file(artifacts::PUPPET.as_ref())
+        .load_file(path.as_ref())
         .unwrap()
         .with_config(config)
 }

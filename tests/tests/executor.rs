@@ -119,3 +119,31 @@ async fn a_missing_workdir_is_a_spawn_error_naming_it() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn the_shell_is_found_on_the_childs_path_not_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("bin");
+    std::fs::create_dir(&fake).unwrap();
+    std::fs::write(fake.join("bash"), "#!/bin/sh\necho \"fake bash: $*\"\n").unwrap();
+    std::fs::set_permissions(
+        fake.join("bash"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+
+    // A relative entry counts from the command's workdir, as execvp would see it.
+    let mut req = ShellExecRequest::new("echo real", dir.path(), overlay().await);
+    req.env = BTreeMap::from([("PATH".into(), "bin:/usr/bin:/bin".into())]);
+    let output = LocalExecutor.run(req).await.unwrap();
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "fake bash: -c echo real\n"
+    );
+
+    // Without one on the child's PATH, the real shell runs.
+    let mut req = ShellExecRequest::new("echo real", dir.path(), overlay().await);
+    req.env = BTreeMap::from([("PATH".into(), "/usr/bin:/bin".into())]);
+    let output = LocalExecutor.run(req).await.unwrap();
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), "real\n");
+}

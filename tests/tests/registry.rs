@@ -7,7 +7,7 @@ use dsh_env::{
     Agent, DeclarationProblem, FailureCause, GuestFailure, KeyError, Mode, NativeContributor,
     OutputProblem, Phase, RawDeclaration, Registration, Registry, RegistryError, ToolExecution,
 };
-use dsh_env_tests::{agent_call, artifacts, puppet, registry};
+use dsh_env_tests::{agent_call, artifacts, echo, puppet, registry};
 
 fn child_call(call_id: &str, session_id: &str, parent: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
@@ -682,4 +682,21 @@ async fn refuses_bytes_that_are_not_a_contributor_component() {
         .load_file("/no/such/contributor.wasm".as_ref())
         .unwrap_err();
     assert_eq!(missing.origin, "/no/such/contributor.wasm");
+}
+
+#[tokio::test]
+async fn the_echo_guest_echoes_the_session_under_its_configured_key() {
+    let registry = registry();
+    let component = echo(&registry, "echo-test", "DSH_ECHO_TEST");
+    let _registration = registry.register(component).await.unwrap();
+    let listed: Vec<_> = registry.list().into_iter().map(|row| row.owner).collect();
+    assert!(
+        listed.iter().any(|owner| owner == "echo-test"),
+        "{listed:?}"
+    );
+    let overlay = registry.collect(&agent_call("c", "s-echo")).await.unwrap();
+    assert_eq!(overlay.get("DSH_ECHO_TEST"), Some("s-echo"));
+    let no_agent = ToolExecution::new("c", "bash");
+    let overlay = registry.collect(&no_agent).await.unwrap();
+    assert_eq!(overlay.get("DSH_ECHO_TEST"), None);
 }
