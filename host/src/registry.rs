@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::ArtifactCache;
@@ -18,7 +18,8 @@ use crate::limits::Limits;
 use crate::manifest::{CwdGrant, Manifest, OnError};
 use crate::overlay::Overlay;
 use crate::sandbox::{
-    ContributorComponent, Grants, GuestFailure, LoadError, Phase, Sandbox, Source,
+    ContributorComponent, Grants, GuestFailure, LoadError, Phase, Preparation, Prepared, Sandbox,
+    Source,
 };
 
 /// The owner shown for dsh-env's built-in keys.
@@ -115,8 +116,24 @@ pub struct KeyListing {
 }
 
 enum Resolver {
-    Wasm(Box<ContributorComponent>),
+    Wasm(Box<WasmResolver>),
     Native(Arc<dyn NativeContributor>),
+}
+
+/// A registered component, and the instance made ahead of its next call.
+struct WasmResolver {
+    component: ContributorComponent,
+    /// Filled by [`Registry::prepare`], taken by one `collect`.
+    ready: Mutex<Option<Prepared>>,
+    /// Set when the component cannot be prepared ahead (a cwd grant, or a
+    /// failed instantiation), so it is not tried again.
+    unsuitable: AtomicBool,
+}
+
+impl WasmResolver {
+    fn ready(&self) -> std::sync::MutexGuard<'_, Option<Prepared>> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 struct Entry {
@@ -295,7 +312,12 @@ impl Registry {
     ) -> Result<Registration, RegistryError> {
         let raw = self.remembered_declaration(&component).await?;
         let (limits, on_error) = (component.limits().clone(), component.on_error());
-        self.insert(raw, Resolver::Wasm(Box::new(component)), limits, on_error)
+        let resolver = Resolver::Wasm(Box::new(WasmResolver {
+            component,
+            ready: Mutex::default(),
+            unsuitable: AtomicBool::new(false),
+        }));
+        self.insert(raw, resolver, limits, on_error)
     }
 
     /// Runs `declare` and reports every rule the declaration breaks, alone
@@ -430,12 +452,44 @@ impl Registry {
         Ok(self.collect_report(execution).await?.overlay)
     }
 
-    /// Drops the instances of finished calls. `collect` leaves them for later
-    /// so that the overlay is not delayed by their teardown; the bash tool
-    /// calls this while its child starts, and a `collect` does it when many
-    /// are waiting or the pool is full.
-    pub fn reclaim(&self) {
+    /// Does the work `collect` leaves for later, so that it is off the
+    /// caller's path: drops the instances of finished calls, then makes one
+    /// fresh instance of each contributor that has none ready, for its next
+    /// call. An instance serves one call and is never reused. The bash tool
+    /// runs this while its child starts; without it, `collect` instantiates
+    /// at the call and drops finished instances once 32 wait.
+    pub async fn prepare(&self) {
         self.inner.sandbox.reclaim();
+        for entry in self.inner.snapshot().values() {
+            let Resolver::Wasm(wasm) = &entry.resolver else {
+                continue;
+            };
+            if wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some() {
+                continue;
+            }
+            match self.inner.sandbox.prepare(&wasm.component).await {
+                // A concurrent `prepare` may have filled it meanwhile; then
+                // this one is dropped.
+                Preparation::Ready(prepared) => {
+                    let mut ready = wasm.ready();
+                    if ready.is_none() {
+                        *ready = Some(prepared);
+                    }
+                }
+                Preparation::Busy => break,
+                Preparation::Unsuitable => wasm.unsuitable.store(true, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// How many contributors have an instance made ahead of their next call.
+    pub fn prepared(&self) -> usize {
+        let snapshot = self.inner.snapshot();
+        let ready = |entry: &&Arc<Entry>| match &entry.resolver {
+            Resolver::Wasm(wasm) => wasm.ready().is_some(),
+            Resolver::Native(_) => false,
+        };
+        snapshot.values().filter(ready).count()
     }
 
     /// [`Registry::collect`], also reporting the contributors that failed
@@ -466,9 +520,12 @@ impl Registry {
                 keys: KeysNote(entry.declaration.key_list()),
             };
             let pairs = match &entry.resolver {
-                Resolver::Wasm(component) => {
-                    let name = entry.declaration.name();
-                    self.inner.sandbox.resolve(component, name, execution).await
+                Resolver::Wasm(wasm) => {
+                    let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                    let sandbox = &self.inner.sandbox;
+                    sandbox
+                        .resolve(&wasm.component, name, execution, prepared)
+                        .await
                 }
                 Resolver::Native(native) => {
                     native.resolve(execution).map_err(GuestFailure::GuestError)

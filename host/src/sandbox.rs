@@ -268,6 +268,31 @@ impl ResourceLimiter for GuestLimiter {
     }
 }
 
+/// A store and what its guest printed.
+struct FreshStore {
+    store: Store<GuestState>,
+    stdout: GuestOutput,
+    stderr: GuestOutput,
+}
+
+/// An instance made ahead of its call and never used: as fresh as one made
+/// at the call, minus the instantiation on the caller's path.
+pub(crate) struct Prepared {
+    fresh: FreshStore,
+    guest: bindings::Contributor,
+    slot: OwnedSemaphorePermit,
+}
+
+/// What [`Sandbox::prepare`] made.
+pub(crate) enum Preparation {
+    /// A fresh instance.
+    Ready(Prepared),
+    /// No pool slot was free; another time, perhaps.
+    Busy,
+    /// This component is instantiated at its call, always.
+    Unsuitable,
+}
+
 /// A finished call's store, and the pool slot it holds until it is dropped.
 type Retired = (Store<GuestState>, OwnedSemaphorePermit);
 
@@ -376,22 +401,51 @@ impl Sandbox {
         })
     }
 
-    /// Runs `resolve` for `execution` in a fresh instance; `name` labels its logs.
+    /// Runs `resolve` for `execution` in a fresh instance (`prepared`, when
+    /// one was made ahead of the call, else one made now); `name` labels its
+    /// logs.
     pub(crate) async fn resolve(
         &self,
         component: &ContributorComponent,
         name: &str,
         execution: &ToolExecution,
+        prepared: Option<Prepared>,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
         let wit_execution = to_wit(execution);
-        let result = self
-            .call(component, name, Some(execution), async |guest, store| {
-                guest.call_resolve(store, &wit_execution).await
-            })
-            .await?;
+        let resolve = async |guest: &bindings::Contributor, store: &mut Store<GuestState>| {
+            guest.call_resolve(store, &wit_execution).await
+        };
+        let result = match prepared {
+            Some(prepared) => self.run(component, name, prepared, resolve).await,
+            None => self.call(component, name, Some(execution), resolve).await,
+        }?;
         result.map_err(|message| {
             GuestFailure::GuestError(bounded(&message, component.limits.max_error_bytes))
         })
+    }
+
+    /// Instantiates `component` ahead of a call, if a pool slot is free now
+    /// and it instantiates cleanly within its limits.
+    pub(crate) async fn prepare(&self, component: &ContributorComponent) -> Preparation {
+        // Its WASI context depends on the execution (the cwd preopen).
+        if component.grants.cwd_read {
+            return Preparation::Unsuitable;
+        }
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            return Preparation::Busy;
+        };
+        let mut fresh = self.fresh_store(component, None);
+        let limits = &component.limits;
+        arm(&mut fresh.store, limits);
+        let instantiate = component.pre.instantiate_async(&mut fresh.store);
+        match tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, instantiate).await {
+            Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
+            // The call will instantiate it again and name the failure.
+            _ => {
+                self.retire(fresh.store, slot);
+                Preparation::Unsuitable
+            }
+        }
     }
 
     /// Instantiates `component` in a new store and runs `f` under its limits.
@@ -414,6 +468,51 @@ impl Sandbox {
                     .map_err(|e| GuestFailure::Instantiate(e.to_string()))?
             }
         };
+        let mut fresh = self.fresh_store(component, execution);
+        arm(&mut fresh.store, limits);
+        let store = &mut fresh.store;
+        let run = async {
+            let guest =
+                (component.pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
+            f(&guest, store).await.map_err(|e| (e, false))
+        };
+        // The epoch stops running wasm; this timeout also stops a guest that
+        // waits in a host call (e.g. a WASI sleep).
+        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        self.finish(component, name, fresh, slot, outcome)
+    }
+
+    /// Runs `f` on an instance made ahead of the call, under a fresh deadline.
+    async fn run<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        prepared: Prepared,
+        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, GuestFailure> {
+        let Prepared {
+            mut fresh,
+            guest,
+            slot,
+        } = prepared;
+        let limits = &component.limits;
+        // Fuel carries over from instantiation, as in `call`; time starts now.
+        fresh
+            .store
+            .set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+        let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
+        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        self.finish(component, name, fresh, slot, outcome)
+    }
+
+    /// A store for one instance of `component`: its WASI context (with the
+    /// grants `execution` allows), limiter and config.
+    fn fresh_store(
+        &self,
+        component: &ContributorComponent,
+        execution: Option<&ToolExecution>,
+    ) -> FreshStore {
+        let limits = &component.limits;
         let (stdout, stderr) = (
             GuestOutput::new(limits.max_log_bytes),
             GuestOutput::new(limits.max_log_bytes),
@@ -433,24 +532,24 @@ impl Sandbox {
             },
         );
         store.limiter(|state| &mut state.limiter);
-        store
-            .set_fuel(limits.fuel.unwrap_or(u64::MAX))
-            .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
-        store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
-        store.epoch_deadline_trap();
+        FreshStore {
+            store,
+            stdout,
+            stderr,
+        }
+    }
 
-        let run = async {
-            let guest = component
-                .pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(|e| (e, true))?;
-            f(&guest, &mut store).await.map_err(|e| (e, false))
-        };
-        // The epoch stops running wasm; this timeout also stops a guest that
-        // waits in a host call (e.g. a WASI sleep).
-        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
-        for (stream, output) in [("stdout", &stdout), ("stderr", &stderr)] {
+    /// Logs the guest's output, names a failure, and retires the store.
+    fn finish<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        fresh: FreshStore,
+        slot: OwnedSemaphorePermit,
+        outcome: Result<Result<R, (wasmtime::Error, bool)>, tokio::time::error::Elapsed>,
+    ) -> Result<R, GuestFailure> {
+        let limits = &component.limits;
+        for (stream, output) in [("stdout", &fresh.stdout), ("stderr", &fresh.stderr)] {
             if let Some(text) = output.text() {
                 tracing::info!(contributor = name, "{stream}: {text}");
             }
@@ -460,12 +559,12 @@ impl Sandbox {
             Ok(Ok(value)) => Ok(value),
             Ok(Err((err, instantiating))) => Err(classify(
                 err,
-                store.data().limiter.hit.clone(),
+                fresh.store.data().limiter.hit.clone(),
                 limits,
                 instantiating,
             )),
         };
-        self.retire(store, slot);
+        self.retire(fresh.store, slot);
         result
     }
 
@@ -489,6 +588,14 @@ impl Sandbox {
         };
         drop(retired);
     }
+}
+
+/// Sets a new store's fuel budget and deadline.
+fn arm(store: &mut Store<GuestState>, limits: &Limits) {
+    // Fuel is enabled engine-wide, so setting it cannot fail.
+    store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
+    store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+    store.epoch_deadline_trap();
 }
 
 /// Maps a wasmtime error to the failure a user can act on.

@@ -140,23 +140,15 @@ impl<E: ShellExecutor> BashTool<E> {
         request.timeout = timeout;
         Ok(match mode {
             Mode::Foreground => {
-                let mut run = std::pin::pin!(self.executor.run(request));
-                let mut reclaimed = false;
-                // The first poll spawns the child; the contributors' finished
-                // instances are torn down while it starts, not before.
-                let output = std::future::poll_fn(|cx| {
-                    let poll = run.as_mut().poll(cx);
-                    if !std::mem::replace(&mut reclaimed, true) {
-                        self.registry.reclaim();
-                    }
-                    poll
-                })
-                .await?;
-                BashOutcome::Finished(output)
+                // Biased: `run` is polled first and spawns the child; the
+                // work `collect` left for later then runs while it starts.
+                let (output, ()) =
+                    tokio::join!(biased; self.executor.run(request), self.registry.prepare());
+                BashOutcome::Finished(output?)
             }
             Mode::Background => {
                 let handle = self.executor.spawn_background(request)?;
-                self.registry.reclaim();
+                self.registry.prepare().await;
                 BashOutcome::Started(handle)
             }
         })

@@ -405,7 +405,7 @@ impl Row {
                 let elapsed = start.elapsed();
                 drop(overlay);
                 // As the bash tool does while its child starts.
-                registry.reclaim();
+                registry.prepare().await;
                 elapsed
             })
         })
@@ -526,7 +526,7 @@ async fn throughput(registry: &Registry, callers: usize) -> f64 {
                 let execution = execution();
                 while !stop.load(Ordering::Relaxed) {
                     registry.collect(&execution).await.unwrap();
-                    registry.reclaim();
+                    registry.prepare().await;
                     if counting.load(Ordering::Relaxed) {
                         done.fetch_add(1, Ordering::Relaxed);
                     }

@@ -29,6 +29,9 @@ async fn probe(probe: &str, grants: &str, cwd: &Path) -> Result<Overlay, String>
         artifacts::PUPPET
     );
     let _r = with_manifest(&registry, &text).await;
+    // On an instance made ahead of the call, as the bash tool runs it (a cwd
+    // grant makes it instantiate at the call instead).
+    registry.prepare().await;
     registry
         .collect(&call_in(cwd))
         .await
@@ -49,6 +52,11 @@ async fn branch(grants: &str, execution: &ToolExecution) -> Option<String> {
         artifacts::GIT_CONTEXT
     );
     let _r = with_manifest(&registry, &text).await;
+    registry.prepare().await;
+    // With the cwd grant, its WASI context depends on the execution, so it is
+    // instantiated at the call.
+    let granted = grants.contains("cwd");
+    assert_eq!(registry.prepared(), usize::from(!granted));
     let overlay = registry.collect(execution).await.unwrap();
     overlay.get("DSH_GIT_BRANCH").map(str::to_string)
 }
