@@ -723,7 +723,15 @@ fn main() {
     let report = runtime.block_on(run(budget, only));
     if report.is_null() {
         // `--only`: the row was printed already.
-    } else if as_json {
+        return;
+    }
+    // The JSON is always kept, so a table run can be read by a script too.
+    let saved = Path::new(env!("CARGO_TARGET_TMPDIR")).join("collect-bench.json");
+    match std::fs::write(&saved, report.to_string()) {
+        Ok(()) => eprintln!("JSON report: {}", saved.display()),
+        Err(err) => eprintln!("cannot write {}: {err}", saved.display()),
+    }
+    if as_json {
         println!("{report}");
     } else {
         print_report(&report);
