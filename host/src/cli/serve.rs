@@ -108,6 +108,8 @@ pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std
         text.push('\n');
         stdout.write_all(text.as_bytes()).await?;
         stdout.flush().await?;
+        // The client has its answer: make the next call's instances now.
+        server.registry.prepare().await;
     }
     Ok(())
 }
