@@ -99,6 +99,7 @@ pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdout = tokio::io::stdout();
+    server.registry.prepare().await;
     while let Some(line) = lines.next_line().await? {
         if line.trim().is_empty() {
             continue;
