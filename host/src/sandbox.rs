@@ -9,7 +9,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use crate::cache::ArtifactCache;
@@ -193,6 +193,8 @@ pub(crate) struct GuestState {
     table: ResourceTable,
     limiter: GuestLimiter,
     config: Arc<BTreeMap<String, String>>,
+    /// Epoch ticks the guest may still run for (see `arm`).
+    ticks_left: u64,
 }
 
 impl WasiView for GuestState {
@@ -497,9 +499,7 @@ impl Sandbox {
         } = prepared;
         let limits = &component.limits;
         // Fuel carries over from instantiation, as in `call`; time starts now.
-        fresh
-            .store
-            .set_epoch_deadline(engine::deadline_ticks(limits.deadline));
+        arm_deadline(&mut fresh.store, limits);
         let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
         let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
         self.finish(component, name, fresh, slot, outcome)
@@ -529,6 +529,7 @@ impl Sandbox {
                     hit: None,
                 },
                 config: component.config.clone(),
+                ticks_left: 0,
             },
         );
         store.limiter(|state| &mut state.limiter);
@@ -591,11 +592,28 @@ impl Sandbox {
 }
 
 /// Sets a new store's fuel budget and deadline.
+///
+/// The guest yields to the async executor at every epoch tick, so a busy
+/// guest never holds a worker thread for longer than a tick, and traps once
+/// its deadline's ticks are spent.
 fn arm(store: &mut Store<GuestState>, limits: &Limits) {
     // Fuel is enabled engine-wide, so setting it cannot fail.
     store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
-    store.set_epoch_deadline(engine::deadline_ticks(limits.deadline));
-    store.epoch_deadline_trap();
+    arm_deadline(store, limits);
+    store.epoch_deadline_callback(|mut store| {
+        let left = &mut store.data_mut().ticks_left;
+        if *left == 0 {
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        *left -= 1;
+        Ok(UpdateDeadline::Yield(1))
+    });
+}
+
+/// Starts the deadline's clock: it ends [`engine::deadline_ticks`] ticks from now.
+fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
+    store.data_mut().ticks_left = engine::deadline_ticks(limits.deadline).saturating_sub(1);
+    store.set_epoch_deadline(1);
 }
 
 /// Maps a wasmtime error to the failure a user can act on.

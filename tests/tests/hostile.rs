@@ -113,6 +113,26 @@ async fn infinite_loop_in_resolve_hits_the_deadline() {
     );
 }
 
+/// On a one-thread runtime, a looping guest would starve every other task
+/// until its deadline if it never yielded; it yields at every epoch tick.
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_guest_does_not_hold_the_thread() {
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = ticks.clone();
+    let ticker = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let failure = guest_failure("loop", quick()).await;
+    ticker.abort();
+    assert_eq!(failure, GuestFailure::Deadline(Duration::from_millis(300)));
+    let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    // About 30 in 300 ms; none at all if the guest held the thread.
+    assert!(ticks >= 5, "the other task ran {ticks} times");
+}
+
 #[tokio::test]
 async fn infinite_loop_in_declare_hits_the_deadline() {
     let failure = declare_failure(hostile_declare(&[("declare", "loop")]).await);
