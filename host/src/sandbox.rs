@@ -298,6 +298,9 @@ pub(crate) enum Preparation {
 /// A finished call's store, and the pool slot it holds until it is dropped.
 type Retired = (Store<GuestState>, OwnedSemaphorePermit);
 
+/// Pool slots that instances made ahead may hold at most.
+pub const MAX_PREPARED: usize = engine::MAX_LIVE_INSTANCES as usize / 2;
+
 /// Finished stores wait at most this many before a call drops them itself.
 const MAX_RETIRED: usize = 32;
 
@@ -432,6 +435,11 @@ impl Sandbox {
         // Its WASI context depends on the execution (the cwd preopen).
         if component.grants.cwd_read {
             return Preparation::Unsuitable;
+        }
+        // Half the pool stays for calls, so instances made ahead can never
+        // hold every slot while a call waits for one.
+        if self.slots.available_permits() <= MAX_PREPARED {
+            return Preparation::Busy;
         }
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;

@@ -4,11 +4,13 @@
 
 use std::time::Duration;
 
+use dsh_env::engine::MAX_LIVE_INSTANCES;
+use dsh_env::sandbox::{Grants, MAX_PREPARED};
 use dsh_env::tool::{BashOutcome, BashTool};
 use dsh_env::{
     ContributorError, FailureCause, GuestFailure, Limits, LocalExecutor, Registration, Registry,
 };
-use dsh_env_tests::{agent_call, puppet, registry};
+use dsh_env_tests::{agent_call, echo, puppet, registry};
 use serde_json::json;
 
 /// A puppet that reports how many calls its instance has served, and the call id.
@@ -105,4 +107,44 @@ async fn every_bash_tool_call_gets_a_fresh_instance() {
             format!("1-{call}")
         );
     }
+}
+
+#[tokio::test]
+async fn instances_made_ahead_never_take_every_pool_slot() {
+    let registry = registry();
+    // First in name order, and never made ahead (its WASI context needs the
+    // execution's cwd): it needs a free slot at the call.
+    let first = puppet(
+        &registry,
+        &[
+            ("name", "aaa"),
+            ("keys", "DSH_FIRST=f"),
+            ("pairs", "DSH_FIRST=1"),
+        ],
+    )
+    .with_grants(Grants {
+        env: Vec::new(),
+        cwd_read: true,
+    });
+    let mut registrations = vec![registry.register(first).await.unwrap()];
+    let more = MAX_LIVE_INSTANCES as usize + 2;
+    for i in 0..more {
+        let component = echo(
+            &registry,
+            &format!("echo-{i:03}"),
+            &format!("DSH_ECHO_{i:03}"),
+        );
+        registrations.push(registry.register(component).await.unwrap());
+    }
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), MAX_PREPARED);
+    let collected = tokio::time::timeout(
+        Duration::from_secs(60),
+        registry.collect(&agent_call("c", "s")),
+    )
+    .await
+    .expect("a call finds a free slot")
+    .unwrap();
+    assert_eq!(collected.get("DSH_FIRST"), Some("1"));
+    assert_eq!(collected.len(), 3 + 1 + more);
 }
