@@ -133,6 +133,39 @@ async fn a_busy_guest_does_not_hold_the_thread() {
     assert!(ticks >= 5, "the other task ran {ticks} times");
 }
 
+/// The WAT guest `table-grower` grows a table to 30,000 elements: past the
+/// default limit and the pool's table slot, or a lower limit of its own.
+/// Either way the limit is named, not an unnamed failure in the pool.
+#[tokio::test]
+async fn a_table_grown_past_its_limit_is_named() {
+    for (limit, expected) in [(None, 20_000), (Some(1_000), 1_000)] {
+        let registry = registry();
+        let mut limits = quick();
+        if let Some(limit) = limit {
+            limits.table_elements = limit;
+        }
+        let component = registry
+            .load_file(artifacts::TABLE_GROWER.as_ref())
+            .unwrap()
+            .with_limits(limits);
+        let registration = registry.register(component).await.unwrap();
+        let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+        assert_eq!(
+            (err.contributor.as_str(), err.phase),
+            ("table-grower", Phase::Resolve)
+        );
+        let FailureCause::Guest(GuestFailure::ResourceLimit(message)) = err.cause else {
+            panic!("expected a named table limit, got {err}");
+        };
+        assert_eq!(
+            message,
+            format!("table limit of {expected} elements exceeded (wanted 30000)")
+        );
+        drop(registration);
+        assert_healthy(&registry).await;
+    }
+}
+
 #[tokio::test]
 async fn infinite_loop_in_declare_hits_the_deadline() {
     let failure = declare_failure(hostile_declare(&[("declare", "loop")]).await);

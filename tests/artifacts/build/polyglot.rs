@@ -1,6 +1,7 @@
-//! Builds the example contributors written in Python, JavaScript and C into
-//! components under `<target>/polyglot/`, each only when its inputs changed
-//! (componentize-py and componentize-js take tens of seconds).
+//! Builds the example contributors written in Python, JavaScript and C, and
+//! the WAT test guest `table-grower`, into components under
+//! `<target>/polyglot/`, each only when its inputs changed (componentize-py
+//! and componentize-js take tens of seconds).
 //!
 //! The tools come from `scripts/setup-polyglot`: componentize-py in the venv
 //! `target/tools/venv`, componentize-js in `contributors/call-context/node_modules`,
@@ -23,7 +24,7 @@ const SETUP: &str = "run scripts/setup-polyglot to install the tools that build 
 /// The build recipe itself is an input of every component.
 const RECIPE: &str = include_str!("polyglot.rs");
 
-/// Builds the three components; returns (constant name, component path) of each.
+/// Builds the four components; returns (constant name, component path) of each.
 pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)> {
     let out = target_dir.join("polyglot");
     fs::create_dir_all(&out).unwrap_or_else(|e| panic!("create {}: {e}", out.display()));
@@ -35,7 +36,8 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         "contributors/call-context/package.json",
         "contributors/call-context/package-lock.json",
         "contributors/workspace-id/workspace_id.c",
-        "tests/build/polyglot.rs",
+        "tests/guests/table-grower/table_grower.wat",
+        "tests/artifacts/build/polyglot.rs",
         "wit",
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(input).display());
@@ -46,6 +48,7 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         let python = scope.spawn(|| session_url(workspace, &out));
         let javascript = scope.spawn(|| call_context(workspace, &out));
         let c = workspace_id(workspace, &out);
+        let wat = table_grower(workspace, &out);
         let join = |handle: std::thread::ScopedJoinHandle<'_, PathBuf>| {
             handle
                 .join()
@@ -55,6 +58,7 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
             ("SESSION_URL", join(python)),
             ("CALL_CONTEXT", join(javascript)),
             ("WORKSPACE_ID", c),
+            ("TABLE_GROWER", wat),
         ]
     })
 }
@@ -125,13 +129,7 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
             "wasi-libc is missing: {SETUP}"
         );
         let generated = fresh_dir(&out.join("workspace_id.gen"));
-        let mut resolve = wit_parser::Resolve::default();
-        let (package, _) = resolve
-            .push_dir(workspace.join("wit"))
-            .unwrap_or_else(|e| panic!("parse wit/: {e:#}"));
-        let world = resolve
-            .select_world(&[package], Some("contributor"))
-            .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
+        let (mut resolve, world) = contributor_world(workspace);
         let mut files = wit_bindgen_core::Files::default();
         wit_bindgen_c::Opts::default()
             .build()
@@ -181,6 +179,45 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
         fs::write(component, bytes)
             .unwrap_or_else(|e| panic!("write {}: {e}", component.display()));
     })
+}
+
+/// `tests/guests/table-grower`: a core module written in WAT, with the
+/// contributor world embedded, encoded as a component (it imports nothing, so
+/// it needs no adapter).
+fn table_grower(workspace: &Path, out: &Path) -> PathBuf {
+    let source = workspace.join("tests/guests/table-grower/table_grower.wat");
+    let inputs = [vec![source.clone()], wit_files(workspace)].concat();
+    cached(out, "table_grower", &inputs, |component| {
+        let mut module =
+            wat::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", source.display()));
+        let (resolve, world) = contributor_world(workspace);
+        wit_component::embed_component_metadata(
+            &mut module,
+            &resolve,
+            world,
+            wit_component::StringEncoding::UTF8,
+        )
+        .unwrap_or_else(|e| panic!("embed the contributor world: {e:#}"));
+        let bytes = wit_component::ComponentEncoder::default()
+            .module(&module)
+            .map(|encoder| encoder.validate(true))
+            .and_then(wit_component::ComponentEncoder::encode)
+            .unwrap_or_else(|e| panic!("componentize table_grower: {e:#}"));
+        fs::write(component, bytes)
+            .unwrap_or_else(|e| panic!("write {}: {e}", component.display()));
+    })
+}
+
+/// The `contributor` world of `wit/`.
+fn contributor_world(workspace: &Path) -> (wit_parser::Resolve, wit_parser::WorldId) {
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve
+        .push_dir(workspace.join("wit"))
+        .unwrap_or_else(|e| panic!("parse wit/: {e:#}"));
+    let world = resolve
+        .select_world(&[package], Some("contributor"))
+        .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
+    (resolve, world)
 }
 
 /// `<out>/<name>.wasm`, built by `build` into the path it is given unless it
