@@ -1,24 +1,31 @@
 //! The sandbox: compiles contributor components and runs each call in a fresh
 //! instance with nothing granted (no files, env, args, network or stdio).
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime::{Engine, Store};
 
 use crate::cache::ArtifactCache;
 use crate::declaration::RawDeclaration;
 use crate::engine;
-use crate::execution::{self, ToolExecution};
+use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, bounded};
 use crate::manifest::OnError;
+
+mod component;
+mod failure;
+mod guest;
+
+pub(crate) use component::Source;
+pub use component::{ContributorComponent, Grants, LoadError};
+pub use failure::{GuestFailure, Phase};
+
+use component::{is_component, not_a_component};
+use failure::classify;
+use guest::{GuestLimiter, GuestState, arm, arm_deadline, to_wit, wasi_context};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -26,248 +33,6 @@ mod bindings {
         world: "contributor",
         exports: { default: async },
     });
-}
-
-use bindings::dsh::env::types;
-
-/// Which call of a contributor failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// `declare`, at registration.
-    Declare,
-    /// `resolve`, for one execution.
-    Resolve,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Declare => "declare",
-            Phase::Resolve => "resolve",
-        })
-    }
-}
-
-/// How a guest call failed inside the sandbox. Text that can come from the
-/// guest (its error message, names in a trap's backtrace) is shown escaped.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GuestFailure {
-    /// The wall-clock deadline passed.
-    #[error("deadline of {0:?} exceeded")]
-    Deadline(Duration),
-    /// Linear memory or a table would have grown past its cap.
-    #[error("{0}")]
-    ResourceLimit(String),
-    /// The wasm stack overflowed.
-    #[error("wasm stack overflow")]
-    StackOverflow,
-    /// The fuel (instruction) budget ran out.
-    #[error("fuel budget of {0} exhausted")]
-    Fuel(u64),
-    /// Any other trap.
-    #[error("trap: {}", .0.escape_debug())]
-    Trap(String),
-    /// `resolve` returned `err(message)`.
-    #[error("guest error: {}", .0.escape_debug())]
-    GuestError(String),
-    /// No instance could be created.
-    #[error("cannot instantiate: {}", .0.escape_debug())]
-    Instantiate(String),
-}
-
-/// A compiled contributor component, ready to be instantiated per call.
-#[derive(Clone)]
-pub struct ContributorComponent {
-    origin: String,
-    /// SHA-256 of the component's bytes.
-    content: Arc<str>,
-    pre: bindings::ContributorPre<GuestState>,
-    config: Arc<BTreeMap<String, String>>,
-    limits: Limits,
-    on_error: OnError,
-    imports: Arc<[String]>,
-    grants: Grants,
-}
-
-/// What a contributor may see beyond its execution and config. Nothing by default.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grants {
-    /// Environment variables given to the guest (names and values).
-    pub env: Vec<(String, String)>,
-    /// Whether the agent's cwd is preopened, read-only, at its own path.
-    pub cwd_read: bool,
-}
-
-impl fmt::Debug for ContributorComponent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ContributorComponent")
-            .field("origin", &self.origin)
-            .field("limits", &self.limits)
-            .field("on_error", &self.on_error)
-            .field("grants", &self.grants)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ContributorComponent {
-    /// Where the component came from (a path, or a caller's label).
-    pub fn origin(&self) -> &str {
-        &self.origin
-    }
-
-    /// The names of the interfaces the component imports.
-    pub fn imports(&self) -> &[String] {
-        &self.imports
-    }
-
-    /// The limits its calls run under.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// The same component with `config` served by the WIT `config.get`.
-    pub fn with_config(mut self, config: BTreeMap<String, String>) -> Self {
-        self.config = Arc::new(config);
-        self
-    }
-
-    /// The same component under `limits`.
-    pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// The same component with `grants`.
-    pub fn with_grants(mut self, grants: Grants) -> Self {
-        self.grants = grants;
-        self
-    }
-
-    /// Names everything `declare` can depend on: the component's bytes, its
-    /// config, its env grants and its limits (its cwd grant is not in effect
-    /// during `declare`, which has no execution).
-    pub(crate) fn declaration_key(&self) -> String {
-        let inputs = format!(
-            "{}\n{:?}\n{:?}\n{:?}",
-            self.content, self.config, self.grants.env, self.limits
-        );
-        Sha256::digest(inputs)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-
-    /// What a failure of this contributor does to an execution.
-    pub fn on_error(&self) -> OnError {
-        self.on_error
-    }
-
-    /// The same component with failure policy `on_error`.
-    pub fn with_on_error(mut self, on_error: OnError) -> Self {
-        self.on_error = on_error;
-        self
-    }
-}
-
-/// Where a component's bytes come from.
-pub(crate) enum Source<'a> {
-    /// A file, which the cache may map without reading.
-    File(&'a std::path::Path),
-    /// Bytes in memory.
-    Bytes(&'a [u8]),
-}
-
-/// Why a component could not be loaded.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("cannot load contributor component {origin}: {reason}")]
-pub struct LoadError {
-    /// The file or label.
-    pub origin: String,
-    /// What was wrong.
-    pub reason: String,
-}
-
-/// Per-instance host state: an empty WASI context and the guest's config.
-pub(crate) struct GuestState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: GuestLimiter,
-    config: Arc<BTreeMap<String, String>>,
-    /// Epoch ticks the guest may still run for (see `arm`).
-    ticks_left: u64,
-}
-
-impl WasiView for GuestState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl bindings::dsh::env::config::Host for GuestState {
-    fn get(&mut self, key: String) -> Option<String> {
-        self.config.get(&key).cloned()
-    }
-}
-
-impl types::Host for GuestState {}
-
-/// Caps memory and table growth, remembering which cap was hit.
-struct GuestLimiter {
-    memory_bytes: usize,
-    table_elements: usize,
-    hit: Option<String>,
-}
-
-impl ResourceLimiter for GuestLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.memory_bytes {
-            let message = format!(
-                "memory limit of {} bytes exceeded (wanted {desired})",
-                self.memory_bytes
-            );
-            self.hit = Some(message.clone());
-            return Err(wasmtime::format_err!(message));
-        }
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.table_elements {
-            let message = format!(
-                "table limit of {} elements exceeded (wanted {desired})",
-                self.table_elements
-            );
-            self.hit = Some(message.clone());
-            return Err(wasmtime::format_err!(message));
-        }
-        Ok(true)
-    }
-
-    // Enough for every real guest seen (componentize-py: 14 core instances).
-    fn instances(&self) -> usize {
-        64
-    }
-
-    fn tables(&self) -> usize {
-        64
-    }
-
-    fn memories(&self) -> usize {
-        16
-    }
 }
 
 /// A store and what its guest printed.
@@ -596,112 +361,5 @@ impl Sandbox {
             std::mem::take(&mut *retired)
         };
         drop(retired);
-    }
-}
-
-/// Sets a new store's fuel budget and deadline.
-///
-/// The guest yields to the async executor at every epoch tick, so a busy
-/// guest never holds a worker thread for longer than a tick, and traps once
-/// its deadline's ticks are spent.
-fn arm(store: &mut Store<GuestState>, limits: &Limits) {
-    // Fuel is enabled engine-wide, so setting it cannot fail.
-    store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
-    arm_deadline(store, limits);
-    store.epoch_deadline_callback(|mut store| {
-        let left = &mut store.data_mut().ticks_left;
-        if *left == 0 {
-            return Ok(UpdateDeadline::Interrupt);
-        }
-        *left -= 1;
-        Ok(UpdateDeadline::Yield(1))
-    });
-}
-
-/// Starts the deadline's clock: it ends [`engine::deadline_ticks`] ticks from now.
-fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
-    store.data_mut().ticks_left = engine::deadline_ticks(limits.deadline).saturating_sub(1);
-    store.set_epoch_deadline(1);
-}
-
-/// Maps a wasmtime error to the failure a user can act on.
-fn classify(
-    err: wasmtime::Error,
-    limit_hit: Option<String>,
-    limits: &Limits,
-    instantiating: bool,
-) -> GuestFailure {
-    if let Some(message) = limit_hit {
-        return GuestFailure::ResourceLimit(message);
-    }
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
-        Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
-        Some(Trap::OutOfFuel) => GuestFailure::Fuel(limits.fuel.unwrap_or(u64::MAX)),
-        Some(trap) => GuestFailure::Trap(trap.to_string()),
-        None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
-        None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
-    }
-}
-
-/// Whether `bytes` carries the component-model layer in its wasm header.
-fn is_component(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [0x01, 0x00]
-}
-
-/// Names what non-component bytes are, for the load error.
-fn not_a_component(bytes: &[u8]) -> &'static str {
-    if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x01, 0, 0, 0] {
-        "this is a core wasm module, not a component (componentize it for dsh:env/contributor)"
-    } else {
-        "not a WebAssembly component (bad magic header)"
-    }
-}
-
-/// A WASI context with nothing in it but the grants: no preopens, env, args
-/// or network; stdout and stderr captured.
-fn wasi_context(
-    grants: &Grants,
-    execution: Option<&ToolExecution>,
-    stdout: &GuestOutput,
-    stderr: &GuestOutput,
-) -> WasiCtx {
-    let mut builder = WasiCtx::builder();
-    builder
-        .stdout(stdout.clone())
-        .stderr(stderr.clone())
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
-    for (name, value) in &grants.env {
-        builder.env(name, value);
-    }
-    let agent_cwd = execution
-        .and_then(|e| e.agent.as_ref())
-        .map(|a| a.cwd.as_str());
-    if let (true, Some(cwd)) = (grants.cwd_read, agent_cwd) {
-        // A cwd that cannot be opened is simply not granted: the guest sees no directory.
-        if let Err(err) = builder.preopened_dir(cwd, cwd, FsPerms::ReadOnly) {
-            tracing::debug!("cwd {cwd} not preopened: {err}");
-        }
-    }
-    builder.build()
-}
-
-fn to_wit(execution: &ToolExecution) -> bindings::Execution {
-    bindings::Execution {
-        call_id: execution.call_id.clone(),
-        root_call_id: execution.root_call_id.clone(),
-        tool: execution.tool.clone(),
-        mode: match execution.mode {
-            execution::Mode::Foreground => types::Mode::Foreground,
-            execution::Mode::Background => types::Mode::Background,
-        },
-        agent: execution.agent.as_ref().map(|agent| types::Agent {
-            session_id: agent.session_id.clone(),
-            cwd: agent.cwd.clone(),
-            parent_session_id: agent.parent_session_id.clone(),
-            depth: agent.depth,
-        }),
     }
 }

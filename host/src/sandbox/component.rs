@@ -1,0 +1,138 @@
+//! A compiled contributor component and what it is granted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::GuestState;
+use super::bindings;
+use crate::limits::Limits;
+use crate::manifest::OnError;
+
+/// A compiled contributor component, ready to be instantiated per call.
+#[derive(Clone)]
+pub struct ContributorComponent {
+    pub(super) origin: String,
+    /// SHA-256 of the component's bytes.
+    pub(super) content: Arc<str>,
+    pub(super) pre: bindings::ContributorPre<GuestState>,
+    pub(super) config: Arc<BTreeMap<String, String>>,
+    pub(super) limits: Limits,
+    pub(super) on_error: OnError,
+    pub(super) imports: Arc<[String]>,
+    pub(super) grants: Grants,
+}
+
+/// What a contributor may see beyond its execution and config. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Environment variables given to the guest (names and values).
+    pub env: Vec<(String, String)>,
+    /// Whether the agent's cwd is preopened, read-only, at its own path.
+    pub cwd_read: bool,
+}
+
+impl fmt::Debug for ContributorComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ContributorComponent")
+            .field("origin", &self.origin)
+            .field("limits", &self.limits)
+            .field("on_error", &self.on_error)
+            .field("grants", &self.grants)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ContributorComponent {
+    /// Where the component came from (a path, or a caller's label).
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The names of the interfaces the component imports.
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    /// The limits its calls run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The same component with `config` served by the WIT `config.get`.
+    pub fn with_config(mut self, config: BTreeMap<String, String>) -> Self {
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The same component under `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The same component with `grants`.
+    pub fn with_grants(mut self, grants: Grants) -> Self {
+        self.grants = grants;
+        self
+    }
+
+    /// Names everything `declare` can depend on: the component's bytes, its
+    /// config, its env grants and its limits (its cwd grant is not in effect
+    /// during `declare`, which has no execution).
+    pub(crate) fn declaration_key(&self) -> String {
+        let inputs = format!(
+            "{}\n{:?}\n{:?}\n{:?}",
+            self.content, self.config, self.grants.env, self.limits
+        );
+        Sha256::digest(inputs)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// What a failure of this contributor does to an execution.
+    pub fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
+    /// The same component with failure policy `on_error`.
+    pub fn with_on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+}
+
+/// Where a component's bytes come from.
+pub(crate) enum Source<'a> {
+    /// A file, which the cache may map without reading.
+    File(&'a std::path::Path),
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot load contributor component {origin}: {reason}")]
+pub struct LoadError {
+    /// The file or label.
+    pub origin: String,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Whether `bytes` carries the component-model layer in its wasm header.
+pub(super) fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [0x01, 0x00]
+}
+
+/// Names what non-component bytes are, for the load error.
+pub(super) fn not_a_component(bytes: &[u8]) -> &'static str {
+    if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x01, 0, 0, 0] {
+        "this is a core wasm module, not a component (componentize it for dsh:env/contributor)"
+    } else {
+        "not a WebAssembly component (bad magic header)"
+    }
+}

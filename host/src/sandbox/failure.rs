@@ -1,0 +1,73 @@
+//! How a guest call failed: the phase, and a failure a user can act on.
+
+use std::fmt;
+use std::time::Duration;
+
+use wasmtime::Trap;
+
+use crate::limits::{Limits, bounded};
+
+/// Which call of a contributor failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `declare`, at registration.
+    Declare,
+    /// `resolve`, for one execution.
+    Resolve,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Declare => "declare",
+            Phase::Resolve => "resolve",
+        })
+    }
+}
+
+/// How a guest call failed inside the sandbox. Text that can come from the
+/// guest (its error message, names in a trap's backtrace) is shown escaped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuestFailure {
+    /// The wall-clock deadline passed.
+    #[error("deadline of {0:?} exceeded")]
+    Deadline(Duration),
+    /// Linear memory or a table would have grown past its cap.
+    #[error("{0}")]
+    ResourceLimit(String),
+    /// The wasm stack overflowed.
+    #[error("wasm stack overflow")]
+    StackOverflow,
+    /// The fuel (instruction) budget ran out.
+    #[error("fuel budget of {0} exhausted")]
+    Fuel(u64),
+    /// Any other trap.
+    #[error("trap: {}", .0.escape_debug())]
+    Trap(String),
+    /// `resolve` returned `err(message)`.
+    #[error("guest error: {}", .0.escape_debug())]
+    GuestError(String),
+    /// No instance could be created.
+    #[error("cannot instantiate: {}", .0.escape_debug())]
+    Instantiate(String),
+}
+
+/// Maps a wasmtime error to the failure a user can act on.
+pub(super) fn classify(
+    err: wasmtime::Error,
+    limit_hit: Option<String>,
+    limits: &Limits,
+    instantiating: bool,
+) -> GuestFailure {
+    if let Some(message) = limit_hit {
+        return GuestFailure::ResourceLimit(message);
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
+        Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
+        Some(Trap::OutOfFuel) => GuestFailure::Fuel(limits.fuel.unwrap_or(u64::MAX)),
+        Some(trap) => GuestFailure::Trap(trap.to_string()),
+        None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
+        None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
+    }
+}
