@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use crate::atomic_file;
 use crate::declaration::RawDeclaration;
 
 /// Bumped when the directory's layout changes, so old entries are ignored.
@@ -211,9 +212,7 @@ impl ArtifactCache {
     /// partial file and a mapped file is never changed.
     fn write(&self, path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
         fs::create_dir_all(&self.dir)?;
-        let partial = path.with_extension(format!("partial-{}", std::process::id()));
-        fs::write(&partial, contents)?;
-        fs::rename(&partial, path)
+        atomic_file::write(path, contents)
     }
 }
 

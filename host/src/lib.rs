@@ -6,6 +6,7 @@
 //! against its [`declaration`], and returns one immutable [`Overlay`].
 
 pub mod agent;
+mod atomic_file;
 pub mod cache;
 pub mod declaration;
 pub mod engine;

@@ -226,9 +226,7 @@ impl SessionStore {
             text.push_str(&line(event));
         }
         std::fs::create_dir_all(&self.root).map_err(io)?;
-        let partial = path.with_extension(format!("jsonl.partial-{}", std::process::id()));
-        std::fs::write(&partial, text).map_err(io)?;
-        std::fs::rename(&partial, &path).map_err(io)?;
+        crate::atomic_file::write(&path, text).map_err(io)?;
         Ok(path)
     }
 

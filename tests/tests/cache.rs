@@ -177,3 +177,33 @@ async fn a_declaration_is_remembered_per_component_and_config() {
     std::fs::write(&stored[0], "not json").unwrap();
     assert_eq!(declared_name(&new_registry(), "first").await, "first");
 }
+
+#[test]
+fn concurrent_first_loads_leave_one_sound_entry() {
+    use sha2::{Digest, Sha256};
+    let home = tempfile::tempdir().unwrap();
+    let registry = Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    // Every thread compiles and stores the same component at once.
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| registry.load_file(artifacts::PUPPET.as_ref()).unwrap());
+        }
+    });
+    let files: Vec<String> = std::fs::read_dir(registry.cache().dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files.iter().all(|name| !name.contains(".partial-")),
+        "{files:?}"
+    );
+    let artifacts = entries(&registry);
+    assert_eq!(artifacts.len(), 1, "{files:?}");
+    // The seal vouches for exactly the bytes in place.
+    let seal = std::fs::read_to_string(artifacts[0].with_extension("seal")).unwrap();
+    let digest: String = Sha256::digest(std::fs::read(&artifacts[0]).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(seal.split_once(' ').unwrap().0, digest);
+}
