@@ -121,6 +121,13 @@ pub(super) fn arm(store: &mut Store<GuestState>, limits: &Limits) {
     });
 }
 
+/// The host-side bound on a call: the deadline plus two ticks, so that the
+/// epoch names a guest that runs too long, and this stops one that waits in
+/// a host call (e.g. a WASI sleep).
+pub(super) fn host_deadline(limits: &Limits) -> std::time::Duration {
+    limits.deadline + engine::EPOCH_TICK * 2
+}
+
 /// Starts the deadline's clock: it ends [`engine::deadline_ticks`] ticks from now.
 pub(super) fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
     store.data_mut().ticks_left = engine::deadline_ticks(limits.deadline).saturating_sub(1);

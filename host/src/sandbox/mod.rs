@@ -25,7 +25,7 @@ pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};
 use failure::classify;
-use guest::{GuestLimiter, GuestState, arm, arm_deadline, to_wit, wasi_context};
+use guest::{GuestLimiter, GuestState, arm, arm_deadline, host_deadline, to_wit, wasi_context};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -213,7 +213,7 @@ impl Sandbox {
         let limits = &component.limits;
         arm(&mut fresh.store, limits);
         let instantiate = component.pre.instantiate_async(&mut fresh.store);
-        match tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, instantiate).await {
+        match tokio::time::timeout(host_deadline(limits), instantiate).await {
             Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
             // The call will instantiate it again and name the failure.
             _ => {
@@ -251,9 +251,7 @@ impl Sandbox {
                 (component.pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
             f(&guest, store).await.map_err(|e| (e, false))
         };
-        // The epoch stops running wasm; this timeout also stops a guest that
-        // waits in a host call (e.g. a WASI sleep).
-        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
         self.finish(component, name, fresh, slot, outcome)
     }
 
@@ -274,7 +272,7 @@ impl Sandbox {
         // Fuel carries over from instantiation, as in `call`; time starts now.
         arm_deadline(&mut fresh.store, limits);
         let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
-        let outcome = tokio::time::timeout(limits.deadline + engine::EPOCH_TICK * 2, run).await;
+        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
         self.finish(component, name, fresh, slot, outcome)
     }
 
