@@ -1,13 +1,19 @@
 //! The declaration validator and the output checker, against the rules
-//! written again here: what they accept must be valid, and what they refuse
-//! must break a rule.
+//! written again in `tests/src/rules.rs`: what they accept must be valid, and
+//! what they refuse must break a rule.
 
 #![no_main]
 
 use std::collections::BTreeSet;
 
-use dsh_env::{Declaration, DshKey, Limits, RESERVED_KEYS, RawDeclaration};
+use dsh_env::{Declaration, DshKey, Limits, RawDeclaration};
 use libfuzzer_sys::fuzz_target;
+
+// The oracle the seeded fuzz test uses too (by path: depending on
+// dsh-env-tests would build every guest).
+#[path = "../../tests/src/rules.rs"]
+mod rules;
+use rules::{declaration_is_sound, key_is_valid, output_is_sound};
 
 type Input = (
     String,
@@ -15,19 +21,6 @@ type Input = (
     Vec<(String, String)>,
     (u8, u8, u16, u16),
 );
-
-fn key_is_valid(key: &str) -> bool {
-    let Some(suffix) = key.strip_prefix("DSH_") else {
-        return false;
-    };
-    let mut bytes = suffix.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
-        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-}
-
-fn line_ok(s: &str, max: usize) -> bool {
-    !s.trim().is_empty() && s.len() <= max && !s.chars().any(char::is_control)
-}
 
 fuzz_target!(|input: Input| {
     let (name, keys, pairs, (max_keys, max_pairs, max_value, max_output)) = input;
@@ -40,19 +33,7 @@ fuzz_target!(|input: Input| {
     };
     let raw = RawDeclaration { name, keys };
 
-    let unique = raw
-        .keys
-        .iter()
-        .map(|(k, _)| k)
-        .collect::<BTreeSet<_>>()
-        .len()
-        == raw.keys.len();
-    let sound = line_ok(&raw.name, 128)
-        && raw.keys.len() <= limits.max_keys
-        && unique
-        && raw.keys.iter().all(|(k, d)| {
-            key_is_valid(k) && !RESERVED_KEYS.contains(&k.as_str()) && line_ok(d, 1024)
-        });
+    let sound = declaration_is_sound(&raw, &limits);
     let problems = Declaration::problems(&raw, &limits);
     assert_eq!(problems.is_empty(), sound, "{problems:?}");
     for problem in &problems {
@@ -70,14 +51,7 @@ fuzz_target!(|input: Input| {
     }
 
     let declared: BTreeSet<&str> = declaration.keys().map(|(k, _)| k.as_str()).collect();
-    let total: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let unique = pairs.iter().map(|(k, _)| k).collect::<BTreeSet<_>>().len() == pairs.len();
-    let sound = pairs.len() <= limits.max_pairs
-        && total <= limits.max_output_bytes
-        && unique
-        && pairs.iter().all(|(k, v)| {
-            declared.contains(k.as_str()) && !v.contains('\0') && v.len() <= limits.max_value_bytes
-        });
+    let sound = output_is_sound(&declared, &pairs, &limits);
     match declaration.check_output(pairs.clone(), &limits) {
         Ok(checked) => {
             assert!(sound, "accepted {pairs:?}");

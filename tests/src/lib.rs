@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use dsh_env::{Agent, ContributorComponent, DshHome, Registry, ToolExecution};
 
+pub mod rules;
+
 /// Paths of the guest components.
 pub use dsh_env_artifacts as artifacts;
 

@@ -29,6 +29,7 @@ use dsh_env::{
     Declaration, DshHome, DshKey, Limits, Manifest, OutputProblem, RESERVED_KEYS, RawDeclaration,
     Registry, ToolExecution,
 };
+use dsh_env_tests::rules::{declaration_is_sound, key_is_reserved, key_is_valid, output_is_sound};
 use dsh_env_tests::{agent_call, artifacts};
 
 // ---------------------------------------------------------------------------
@@ -372,20 +373,6 @@ fn valid_key(rng: &mut Rng) -> String {
         key.push(*rng.pick(&['A', 'Q', 'Z', '0', '9', '_']));
     }
     key
-}
-
-/// The key rule, written again independently: `DSH_[A-Z][A-Z0-9_]*`.
-fn key_is_valid(key: &str) -> bool {
-    let Some(suffix) = key.strip_prefix("DSH_") else {
-        return false;
-    };
-    let mut bytes = suffix.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
-        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-}
-
-fn key_is_reserved(key: &str) -> bool {
-    RESERVED_KEYS.contains(&key)
 }
 
 fn name(rng: &mut Rng) -> String {
@@ -849,26 +836,6 @@ fn raw_declaration(rng: &mut Rng, limits: &Limits) -> RawDeclaration {
     }
 }
 
-/// The declaration rules, written again independently.
-fn declaration_is_sound(raw: &RawDeclaration, limits: &Limits) -> bool {
-    let line_ok = |s: &str, max: usize| {
-        !s.trim().is_empty() && s.len() <= max && !s.chars().any(char::is_control)
-    };
-    let unique = raw
-        .keys
-        .iter()
-        .map(|(k, _)| k)
-        .collect::<BTreeSet<_>>()
-        .len()
-        == raw.keys.len();
-    line_ok(&raw.name, 128)
-        && raw.keys.len() <= limits.max_keys
-        && unique
-        && raw.keys.iter().all(|(key, description)| {
-            key_is_valid(key) && !key_is_reserved(key) && line_ok(description, 1024)
-        })
-}
-
 fn check_declaration(raw: &RawDeclaration, limits: &Limits) -> Option<Declaration> {
     let problems = Declaration::problems(raw, limits);
     let validated = Declaration::validate(raw.clone(), limits);
@@ -964,18 +931,6 @@ fn output_pairs(rng: &mut Rng, declared: &[String], raw: &RawDeclaration) -> Vec
         pairs.push((key, value(rng)));
     }
     pairs
-}
-
-/// The output rules, written again independently.
-fn output_is_sound(declared: &BTreeSet<&str>, pairs: &[(String, String)], limits: &Limits) -> bool {
-    let total: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let unique = pairs.iter().map(|(k, _)| k).collect::<BTreeSet<_>>().len() == pairs.len();
-    pairs.len() <= limits.max_pairs
-        && total <= limits.max_output_bytes
-        && unique
-        && pairs.iter().all(|(k, v)| {
-            declared.contains(k.as_str()) && !v.contains('\0') && v.len() <= limits.max_value_bytes
-        })
 }
 
 fn check_output(declaration: &Declaration, pairs: &[(String, String)], limits: &Limits) {

@@ -1,0 +1,60 @@
+//! The declaration and output rules, written again independently of the
+//! host: the oracle of both fuzzers (`tests/tests/fuzz.rs`, and `fuzz/`,
+//! which includes this file by path so that it need not build the guests).
+
+use std::collections::BTreeSet;
+
+use dsh_env::{Limits, RESERVED_KEYS, RawDeclaration};
+
+/// The key rule: `DSH_[A-Z][A-Z0-9_]*`.
+pub fn key_is_valid(key: &str) -> bool {
+    let Some(suffix) = key.strip_prefix("DSH_") else {
+        return false;
+    };
+    let mut bytes = suffix.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_uppercase())
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Whether `key` is one dsh-env sets itself.
+pub fn key_is_reserved(key: &str) -> bool {
+    RESERVED_KEYS.contains(&key)
+}
+
+/// A name or description: not blank, at most `max` bytes, no control characters.
+fn line_ok(text: &str, max: usize) -> bool {
+    !text.trim().is_empty() && text.len() <= max && !text.chars().any(char::is_control)
+}
+
+/// Whether a declaration breaks no rule (alone, not against other contributors).
+pub fn declaration_is_sound(raw: &RawDeclaration, limits: &Limits) -> bool {
+    let unique = raw
+        .keys
+        .iter()
+        .map(|(k, _)| k)
+        .collect::<BTreeSet<_>>()
+        .len()
+        == raw.keys.len();
+    line_ok(&raw.name, 128)
+        && raw.keys.len() <= limits.max_keys
+        && unique
+        && raw.keys.iter().all(|(key, description)| {
+            key_is_valid(key) && !key_is_reserved(key) && line_ok(description, 1024)
+        })
+}
+
+/// Whether a resolver's output for a contributor that declared `declared` breaks no rule.
+pub fn output_is_sound(
+    declared: &BTreeSet<&str>,
+    pairs: &[(String, String)],
+    limits: &Limits,
+) -> bool {
+    let total: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let unique = pairs.iter().map(|(k, _)| k).collect::<BTreeSet<_>>().len() == pairs.len();
+    pairs.len() <= limits.max_pairs
+        && total <= limits.max_output_bytes
+        && unique
+        && pairs.iter().all(|(k, v)| {
+            declared.contains(k.as_str()) && !v.contains('\0') && v.len() <= limits.max_value_bytes
+        })
+}
