@@ -18,8 +18,8 @@ use crate::limits::Limits;
 use crate::manifest::{CwdGrant, Manifest, OnError};
 use crate::overlay::Overlay;
 use crate::sandbox::{
-    ContributorComponent, Grants, GuestFailure, LoadError, Phase, Preparation, Prepared, Sandbox,
-    Source,
+    Call, ContributorComponent, Grants, GuestFailure, LoadError, Phase, Preparation, Prepared,
+    Sandbox, Source,
 };
 
 /// The owner shown for dsh-env's built-in keys.
@@ -512,6 +512,8 @@ impl Registry {
         if let Some(agent) = &execution.agent {
             builtin(DSH_SESSION_ID, &agent.session_id);
         }
+        // Converted for the guests once, when the first one needs it.
+        let mut call = None;
         for entry in snapshot.values() {
             let fail = |cause: FailureCause| ContributorError {
                 contributor: entry.declaration.name().to_string(),
@@ -522,10 +524,9 @@ impl Registry {
             let pairs = match &entry.resolver {
                 Resolver::Wasm(wasm) => {
                     let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                    let call = call.get_or_insert_with(|| Call::new(execution));
                     let sandbox = &self.inner.sandbox;
-                    sandbox
-                        .resolve(&wasm.component, name, execution, prepared)
-                        .await
+                    sandbox.resolve(&wasm.component, name, call, prepared).await
                 }
                 Resolver::Native(native) => {
                     native.resolve(execution).map_err(GuestFailure::GuestError)

@@ -35,6 +35,23 @@ mod bindings {
     });
 }
 
+/// One execution, and its WIT form, converted once for every contributor
+/// of a `collect`.
+pub(crate) struct Call<'a> {
+    execution: &'a ToolExecution,
+    wit: bindings::Execution,
+}
+
+impl<'a> Call<'a> {
+    /// The call for `execution`.
+    pub(crate) fn new(execution: &'a ToolExecution) -> Self {
+        Call {
+            execution,
+            wit: to_wit(execution),
+        }
+    }
+}
+
 /// A store and what its guest printed.
 struct FreshStore {
     store: Store<GuestState>,
@@ -171,23 +188,25 @@ impl Sandbox {
         })
     }
 
-    /// Runs `resolve` for `execution` in a fresh instance (`prepared`, when
-    /// one was made ahead of the call, else one made now); `name` labels its
+    /// Runs `resolve` for `call` in a fresh instance (`prepared`, when one
+    /// was made ahead of the call, else one made now); `name` labels its
     /// logs.
     pub(crate) async fn resolve(
         &self,
         component: &ContributorComponent,
         name: &str,
-        execution: &ToolExecution,
+        call: &Call<'_>,
         prepared: Option<Prepared>,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
-        let wit_execution = to_wit(execution);
         let resolve = async |guest: &bindings::Contributor, store: &mut Store<GuestState>| {
-            guest.call_resolve(store, &wit_execution).await
+            guest.call_resolve(store, &call.wit).await
         };
         let result = match prepared {
             Some(prepared) => self.run(component, name, prepared, resolve).await,
-            None => self.call(component, name, Some(execution), resolve).await,
+            None => {
+                self.call(component, name, Some(call.execution), resolve)
+                    .await
+            }
         }?;
         result.map_err(|message| {
             GuestFailure::GuestError(bounded(&message, component.limits.max_error_bytes))
