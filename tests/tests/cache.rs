@@ -124,10 +124,16 @@ async fn a_copied_cache_is_used_without_recompiling() {
     let seal =
         |r: &Registry| std::fs::read_to_string(entries(r)[0].with_extension("seal")).unwrap();
     let before = seal(&moved);
+    // A recompile would store a new file (written, then renamed into place).
+    let inode = |r: &Registry| {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&entries(r)[0]).unwrap())
+    };
+    let copied_inode = inode(&moved);
     assert_eq!(
         depth_of(&moved, artifacts::AGENT_LINEAGE).await.as_deref(),
         Some("0")
     );
+    assert_eq!(inode(&moved), copied_inode, "the copy was not recompiled");
     assert_eq!(std::fs::read(&entries(&moved)[0]).unwrap(), artifact);
     assert_ne!(seal(&moved), before, "the copy was verified and resealed");
     assert_eq!(
