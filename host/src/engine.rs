@@ -18,6 +18,19 @@ pub const MAX_MEMORY_BYTES: usize = 512 << 20;
 /// sit at or below it, so the limiter, not the pool, names an overrun.
 pub const MAX_TABLE_ELEMENTS: usize = 20_000;
 
+/// Core instances one component may create (a componentize-py guest
+/// creates 14, JS 3, Rust 3, C 2); a bigger component fails to load.
+pub const MAX_CORE_INSTANCES: usize = 32;
+
+/// Linear memories one component may define, in all its core modules; a
+/// bigger component fails to load, naming this limit. Every guest seen
+/// (Rust, C, JS, Python) defines one: its core modules share it.
+pub const MAX_MEMORIES: usize = 2;
+
+/// Tables one component may define, in all its core modules (the
+/// component-model shims add a few to the guest's own).
+pub const MAX_TABLES: usize = 16;
+
 /// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
 /// an engine setting, so it is the same for every contributor.
 pub const MAX_WASM_STACK: usize = 512 << 10;
@@ -35,13 +48,16 @@ pub fn build_engine() -> Result<Engine, wasmtime::Error> {
     let mut config = base_config();
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(MAX_LIVE_INSTANCES)
-        // A componentize-py guest instantiates 14 core modules, JS 3, Rust 3,
-        // C 2. Capping each component at 32 (a bigger one fails to load) keeps
-        // the total enough for every live instance.
-        .max_core_instances_per_component(32)
-        .total_core_instances(MAX_LIVE_INSTANCES * 32)
-        .total_memories(MAX_LIVE_INSTANCES * 2)
-        .total_tables(MAX_LIVE_INSTANCES * 8)
+        // Per-component caps are checked when a component loads, so a
+        // component with many memories is refused by name instead of taking
+        // the pool's slots from everyone else; the totals give every live
+        // instance its full share, so no instance can exhaust the pool.
+        .max_core_instances_per_component(MAX_CORE_INSTANCES as u32)
+        .total_core_instances(MAX_LIVE_INSTANCES * MAX_CORE_INSTANCES as u32)
+        .max_memories_per_component(MAX_MEMORIES as u32)
+        .total_memories(MAX_LIVE_INSTANCES * MAX_MEMORIES as u32)
+        .max_tables_per_component(MAX_TABLES as u32)
+        .total_tables(MAX_LIVE_INSTANCES * MAX_TABLES as u32)
         .total_stacks(MAX_LIVE_INSTANCES)
         .max_memory_size(MAX_MEMORY_BYTES)
         .table_elements(MAX_TABLE_ELEMENTS);

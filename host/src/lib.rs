@@ -32,7 +32,7 @@ pub use execution::{Agent, Mode, ToolExecution};
 pub use executor::{ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
 pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
-pub use limits::Limits;
+pub use limits::{HostLimits, Limits};
 pub use manifest::{Manifest, ManifestError, OnError};
 pub use overlay::Overlay;
 pub use registry::{

@@ -3,15 +3,19 @@
 
 use std::time::Duration;
 
+use crate::sandbox::Phase;
+
 /// Caps applied to one contributor's `declare` and each `resolve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock deadline for one `declare` or `resolve` call.
     pub deadline: Duration,
-    /// Linear memory one instance may grow to, in bytes.
+    /// Linear memory and table storage one instance may hold in all, in
+    /// bytes: every memory of every core instance, initial sizes included,
+    /// plus [`TABLE_ELEMENT_BYTES`] per table element.
     pub memory_bytes: usize,
-    /// Table elements one table may grow to (at most
-    /// [`crate::engine::MAX_TABLE_ELEMENTS`], the pool's slot size).
+    /// Table elements one instance may hold across all its tables (each
+    /// table at most [`crate::engine::MAX_TABLE_ELEMENTS`], the pool's slot size).
     pub table_elements: usize,
     /// Keys one declaration may hold.
     pub max_keys: usize,
@@ -27,6 +31,9 @@ pub struct Limits {
     pub fuel: Option<u64>,
     /// Bytes of guest stdout and of stderr kept for the log, per call.
     pub max_log_bytes: usize,
+    /// Host handles (WASI streams, files, directories, pollables) one
+    /// instance may hold at once.
+    pub max_handles: usize,
 }
 
 impl Default for Limits {
@@ -42,6 +49,74 @@ impl Default for Limits {
             max_error_bytes: 1 << 10,
             fuel: None,
             max_log_bytes: 4 << 10,
+            max_handles: 64,
+        }
+    }
+}
+
+/// What one table element is charged against [`Limits::memory_bytes`]: a
+/// table slot holds one pointer per element.
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+
+impl Limits {
+    /// Bytes the host may copy out of a guest in one host call or one
+    /// result of `phase` (wasmtime's hostcall fuel): the largest thing these
+    /// caps let a guest hand over then (a full declaration, or a full
+    /// output, an error message, a log write), at least
+    /// [`MIN_HOSTCALL_BYTES`]. Past it the lift fails before the host
+    /// allocates, so aliased strings (many list entries pointing at the same
+    /// guest bytes) cannot make the host copy more.
+    pub fn hostcall_bytes(&self, phase: Phase) -> usize {
+        // A lifted `(String, String)` or key declaration costs its two
+        // strings' bytes plus the host type's size.
+        const PAIR: usize = std::mem::size_of::<(String, String)>();
+        const MAX_KEY_BYTES: usize = 128;
+        let largest = match phase {
+            Phase::Declare => MAX_NAME_BYTES.saturating_add(
+                (self.max_keys).saturating_mul(PAIR + MAX_KEY_BYTES + MAX_DESCRIPTION_BYTES),
+            ),
+            Phase::Resolve => (self.max_output_bytes)
+                .saturating_add(self.max_pairs.saturating_mul(PAIR))
+                .max(self.max_error_bytes),
+        };
+        largest.max(self.max_log_bytes).max(MIN_HOSTCALL_BYTES)
+    }
+}
+
+/// Bytes a contributor's name may hold.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// Bytes a key's description may hold.
+pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+
+/// The smallest per-lift budget: enough for WASI calls of honest guests
+/// (Python and JavaScript runtimes write and pass paths in small pieces).
+pub const MIN_HOSTCALL_BYTES: usize = 64 << 10;
+
+/// Bounds shared by every instance of one registry, whatever its contributor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLimits {
+    /// Linear memory and table storage all live instances may hold together
+    /// (finished stores waiting to be dropped count until they are).
+    pub memory_budget_bytes: usize,
+    /// Guest memory finished stores may keep before a call drops them itself.
+    pub retired_bytes: usize,
+    /// Files and directories that guests with a cwd grant may hold open at
+    /// once, all calls together.
+    pub guest_descriptors: usize,
+    /// Calls of contributors with a cwd grant that may run at once; they run
+    /// on a runtime of their own with this many blocking threads, so a guest
+    /// stuck in file I/O cannot starve the caller's runtime.
+    pub io_calls: usize,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            memory_budget_bytes: 2 << 30,
+            retired_bytes: 32 << 20,
+            guest_descriptors: 256,
+            io_calls: 4,
         }
     }
 }

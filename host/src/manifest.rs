@@ -98,6 +98,8 @@ pub struct LimitsEntry {
     pub fuel: Option<u64>,
     /// Bytes of guest stdout/stderr kept for the log, per stream.
     pub max_log_bytes: Option<usize>,
+    /// Host handles (files, streams, pollables) one instance may hold.
+    pub max_handles: Option<usize>,
 }
 
 /// `[contributor.grants]`: what the contributor may see. Nothing by default.
@@ -223,6 +225,7 @@ impl ContributorEntry {
             (spec.max_output_bytes, &mut limits.max_output_bytes),
             (spec.max_error_bytes, &mut limits.max_error_bytes),
             (spec.max_log_bytes, &mut limits.max_log_bytes),
+            (spec.max_handles, &mut limits.max_handles),
         ];
         for (value, slot) in caps {
             if let Some(value) = value {

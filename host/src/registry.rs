@@ -14,7 +14,7 @@ use crate::declaration::{
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
-use crate::limits::Limits;
+use crate::limits::{HostLimits, Limits};
 use crate::manifest::{CwdGrant, Manifest, OnError};
 use crate::overlay::Overlay;
 use crate::sandbox::{
@@ -228,9 +228,20 @@ impl Registry {
     /// An empty registry whose overlays carry `home`, with precompiled
     /// components kept in `cache` (e.g. one shared by short-lived homes).
     pub fn with_cache(home: DshHome, cache: ArtifactCache) -> Result<Self, LoadError> {
+        Self::with_host_limits(home, cache, HostLimits::default())
+    }
+
+    /// An empty registry whose overlays carry `home`, with precompiled
+    /// components kept in `cache`, and whose instances together stay within
+    /// `host_limits`.
+    pub fn with_host_limits(
+        home: DshHome,
+        cache: ArtifactCache,
+        host_limits: HostLimits,
+    ) -> Result<Self, LoadError> {
         Ok(Registry {
             inner: Arc::new(Inner {
-                sandbox: Sandbox::new()?,
+                sandbox: Sandbox::new(host_limits)?,
                 cache,
                 home,
                 contributors: Mutex::default(),
@@ -242,6 +253,31 @@ impl Registry {
     /// The home every overlay carries.
     pub fn home(&self) -> &DshHome {
         &self.inner.home
+    }
+
+    /// Guest memory (linear memories and tables) that live instances, and
+    /// finished ones not dropped yet, hold now, in bytes: what
+    /// [`HostLimits::memory_budget_bytes`] bounds.
+    pub fn guest_memory(&self) -> usize {
+        self.inner.sandbox.memory_in_use()
+    }
+
+    /// Guest memory that finished instances not dropped yet hold, in bytes:
+    /// what [`HostLimits::retired_bytes`] bounds.
+    pub fn retired_memory(&self) -> usize {
+        self.inner.sandbox.retired_bytes()
+    }
+
+    /// Files and directories guests hold open through their cwd grants now:
+    /// what [`HostLimits::guest_descriptors`] bounds.
+    pub fn guest_descriptors(&self) -> usize {
+        self.inner.sandbox.descriptors_open()
+    }
+
+    /// The contributors holding guest descriptors now, by name, with how
+    /// many each holds (prepared instances are named by their origin).
+    pub fn descriptor_holders(&self) -> Vec<(String, usize)> {
+        self.inner.sandbox.descriptor_holders()
     }
 
     /// Compiles a component from a file, or maps it from the cache when the

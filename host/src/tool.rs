@@ -84,6 +84,15 @@ pub enum BashToolError {
     /// The command could not be run.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The shell could not be started because this process ran out of
+    /// descriptors; names the contributors holding guest descriptors then.
+    #[error("{source} (guest descriptors held now: {holders})")]
+    OutOfDescriptors {
+        /// The spawn failure.
+        source: ExecError,
+        /// `contributor: count` for each holder, or `none`.
+        holders: String,
+    },
 }
 
 /// The bash tool: collects a fresh overlay for every call, then executes.
@@ -144,13 +153,35 @@ impl<E: ShellExecutor> BashTool<E> {
                 // work `collect` left for later then runs while it starts.
                 let (output, ()) =
                     tokio::join!(biased; self.executor.run(request), self.registry.prepare());
-                BashOutcome::Finished(output?)
+                BashOutcome::Finished(output.map_err(|e| self.exec_error(e))?)
             }
             Mode::Background => {
-                let handle = self.executor.spawn_background(request)?;
+                let handle =
+                    (self.executor.spawn_background(request)).map_err(|e| self.exec_error(e))?;
                 self.registry.prepare().await;
                 BashOutcome::Started(handle)
             }
         })
+    }
+
+    /// An executor failure; when the spawn ran out of descriptors, it
+    /// names who holds guest descriptors at that moment.
+    fn exec_error(&self, err: ExecError) -> BashToolError {
+        let exhausted = matches!(&err, ExecError::Spawn { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)));
+        if !exhausted {
+            return BashToolError::Exec(err);
+        }
+        let holders: Vec<String> = (self.registry.descriptor_holders().into_iter())
+            .map(|(name, count)| format!("`{}`: {count}", name.escape_debug()))
+            .collect();
+        BashToolError::OutOfDescriptors {
+            source: err,
+            holders: if holders.is_empty() {
+                "none".into()
+            } else {
+                holders.join(", ")
+            },
+        }
     }
 }

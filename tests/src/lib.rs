@@ -3,16 +3,28 @@
 
 use std::collections::BTreeMap;
 
-use dsh_env::{Agent, ContributorComponent, DshHome, Registry, ToolExecution};
+use dsh_env::{
+    Agent, ArtifactCache, ContributorComponent, DshHome, HostLimits, Registry, ToolExecution,
+};
 
 pub mod rules;
 
 /// Paths of the guest components.
 pub use dsh_env_artifacts as artifacts;
 
+/// The fixed home of the tests' registries (its cache is shared).
+const HOME: &str = "/tmp/dsh-test-home";
+
 /// A registry with the fixed home `/tmp/dsh-test-home`.
 pub fn registry() -> Registry {
-    Registry::new(DshHome::from_absolute("/tmp/dsh-test-home".as_ref()).unwrap()).unwrap()
+    Registry::new(DshHome::from_absolute(HOME.as_ref()).unwrap()).unwrap()
+}
+
+/// A registry like [`registry`], whose instances stay within `host_limits`.
+pub fn registry_with(host_limits: HostLimits) -> Registry {
+    let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
+    let cache = ArtifactCache::new(home.path().join("cache"));
+    Registry::with_host_limits(home, cache, host_limits).unwrap()
 }
 
 /// The puppet guest, configured by `config` (see tests/guests/puppet).
@@ -39,9 +51,14 @@ fn configured(registry: &Registry, path: &str, config: &[(&str, &str)]) -> Contr
 
 /// A foreground bash call `call_id` made by agent `session_id`.
 pub fn agent_call(call_id: &str, session_id: &str) -> ToolExecution {
+    agent_call_in(call_id, session_id, "/work")
+}
+
+/// A foreground bash call `call_id` made by agent `session_id` working in `cwd`.
+pub fn agent_call_in(call_id: &str, session_id: &str, cwd: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
         session_id: session_id.into(),
-        cwd: "/work".into(),
+        cwd: cwd.into(),
         parent_session_id: None,
         depth: 0,
     })
@@ -92,5 +109,75 @@ pub mod leak {
             registrations.push(registry.register(component).await.unwrap());
         }
         registrations
+    }
+}
+
+/// Hostile components made from real ones: what a malicious author could
+/// ship, built at test time.
+pub mod surgery {
+    /// `component` with `copies` more core modules `module` appended, each
+    /// instantiated (running its start function) when the component is.
+    pub fn with_core_modules(component: &[u8], module: &[u8], copies: u32) -> Vec<u8> {
+        let existing = top_level_sections(component)
+            .filter(|&(id, _)| id == CORE_MODULE)
+            .count() as u32;
+        let mut out = component.to_vec();
+        for _ in 0..copies {
+            section(&mut out, CORE_MODULE, module);
+        }
+        // Instantiate each new module, with no imports.
+        let mut instances = leb(copies);
+        for index in existing..existing + copies {
+            instances.push(0x00);
+            instances.extend(leb(index));
+            instances.extend(leb(0));
+        }
+        section(&mut out, CORE_INSTANCE, &instances);
+        out
+    }
+
+    const CORE_MODULE: u8 = 1;
+    const CORE_INSTANCE: u8 = 2;
+
+    /// The (id, contents) of each section of a component, after its header.
+    fn top_level_sections(bytes: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+        let mut at = 8;
+        std::iter::from_fn(move || {
+            let id = *bytes.get(at)?;
+            let (size, width) = read_leb(&bytes[at + 1..]);
+            let start = at + 1 + width;
+            at = start + size as usize;
+            Some((id, &bytes[start..at]))
+        })
+    }
+
+    fn section(out: &mut Vec<u8>, id: u8, contents: &[u8]) {
+        out.push(id);
+        out.extend(leb(contents.len() as u32));
+        out.extend_from_slice(contents);
+    }
+
+    fn leb(mut value: u32) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                bytes.push(byte);
+                return bytes;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+
+    fn read_leb(bytes: &[u8]) -> (u32, usize) {
+        let mut value = 0u32;
+        for (i, byte) in bytes.iter().enumerate().take(5) {
+            value |= u32::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return (value, i + 1);
+            }
+        }
+        panic!("malformed LEB128 in a component")
     }
 }

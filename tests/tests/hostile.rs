@@ -4,11 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use dsh_env::sandbox::Grants;
 use dsh_env::{
-    ContributorError, DeclarationProblem, FailureCause, GuestFailure, Limits, OnError,
-    OutputProblem, Overlay, Phase, Registry, RegistryError,
+    ContributorError, DeclarationProblem, FailureCause, GuestFailure, HostLimits, Limits,
+    LocalExecutor, OnError, OutputProblem, Overlay, Phase, Registry, RegistryError,
+    ShellExecRequest,
 };
-use dsh_env_tests::{agent_call, artifacts, puppet, registry};
+use dsh_env_tests::{agent_call, agent_call_in, artifacts, puppet, registry, registry_with};
 
 /// Every hostile call must end well within this.
 const BOUND: Duration = Duration::from_secs(15);
@@ -157,9 +159,13 @@ async fn a_table_grown_past_its_limit_is_named() {
         let FailureCause::Guest(GuestFailure::ResourceLimit(message)) = err.cause else {
             panic!("expected a named table limit, got {err}");
         };
-        assert_eq!(
-            message,
-            format!("table limit of {expected} elements exceeded (wanted 30000)")
+        // The guest's own table holds 1 element and grows by 29,999; the
+        // limit counts every table of the instance.
+        assert!(
+            message.starts_with(&format!(
+                "table limit of {expected} elements exceeded (wanted 3"
+            )),
+            "{message}"
         );
         drop(registration);
         assert_healthy(&registry).await;
@@ -230,27 +236,45 @@ async fn a_panic_in_declare_is_named() {
 }
 
 #[tokio::test]
-async fn a_10_mb_value_is_refused() {
-    let problem = output_problem("big:10485760").await;
+async fn a_value_over_its_cap_is_refused() {
+    let problem = output_problem("big:10000").await;
     assert_eq!(
         problem,
         OutputProblem::ValueTooLarge {
             key: "DSH_OUT".into(),
-            len: 10 << 20,
+            len: 10_000,
             cap: 8 << 10
         }
     );
 }
 
+/// Output far over the caps is not even copied into the host: the lift
+/// stops at the per-call data limit the caps imply.
 #[tokio::test]
-async fn a_hundred_thousand_pairs_are_refused() {
+async fn a_10_mb_value_stops_at_the_host_call_data_limit() {
+    let GuestFailure::ResourceLimit(message) = guest_failure("big:10485760", quick()).await else {
+        panic!("expected a resource limit")
+    };
+    let limit = Limits::default().hostcall_bytes(Phase::Resolve);
+    assert!(
+        message.starts_with(&format!("host-call data limit of {limit} bytes exceeded")),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn too_many_pairs_are_refused() {
     assert_eq!(
-        output_problem("many:100000").await,
+        output_problem("many:300").await,
         OutputProblem::TooManyPairs {
-            count: 100_000,
+            count: 300,
             cap: 256
         }
     );
+    let GuestFailure::ResourceLimit(message) = guest_failure("many:100000", quick()).await else {
+        panic!("expected a resource limit")
+    };
+    assert!(message.starts_with("host-call data limit"), "{message}");
 }
 
 #[tokio::test]
@@ -292,18 +316,31 @@ async fn a_nul_in_a_value_is_refused() {
 }
 
 #[tokio::test]
-async fn a_declaration_with_ten_thousand_keys_is_refused() {
-    let keys: Vec<String> = (0..10_000).map(|i| format!("DSH_K{i}=key {i}")).collect();
-    let err = hostile_declare(&[("name", "hostile"), ("keys", &keys.join("|"))]).await;
+async fn a_declaration_with_too_many_keys_is_refused() {
+    let keys = |n: usize| {
+        let keys: Vec<String> = (0..n).map(|i| format!("DSH_K{i}=key {i}")).collect();
+        keys.join("|")
+    };
+    let err = hostile_declare(&[("name", "hostile"), ("keys", &keys(300))]).await;
     let RegistryError::Declaration(err) = err else {
         panic!("expected a declaration error, got {err}")
     };
     assert_eq!(
         err.problem,
         DeclarationProblem::TooManyKeys {
-            count: 10_000,
+            count: 300,
             cap: 256
         }
+    );
+    // Ten thousand keys are not even copied into the host.
+    let failure = declare_failure(hostile_declare(&[("name", "h"), ("keys", &keys(10_000))]).await);
+    let GuestFailure::ResourceLimit(message) = failure else {
+        panic!("expected a resource limit, got {failure}")
+    };
+    let limit = Limits::default().hostcall_bytes(Phase::Declare);
+    assert!(
+        message.starts_with(&format!("host-call data limit of {limit} bytes exceeded")),
+        "{message}"
     );
 }
 
@@ -477,4 +514,371 @@ async fn guest_text_in_error_messages_cannot_carry_terminal_controls() {
     let shown = failure.to_string();
     assert!(!shown.chars().any(char::is_control), "{shown:?}");
     assert_eq!(shown, r"guest error: \u{1b}[31mred\r\nFAKE LOG LINE");
+}
+
+// Bounds on what a guest can make the host hold: memory summed over an
+// instance and over all instances, finished stores, data copied out of a
+// guest, handles and descriptors, and files the model controls.
+
+/// A core module whose one memory starts at `pages` pages and whose start
+/// function writes to every page, so the memory is really resident.
+fn memory_hog(pages: u32) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+             (memory {pages})
+             (func $touch (local $at i32)
+               (loop $page
+                 (i32.store8 (local.get $at) (i32.const 1))
+                 (local.set $at (i32.add (local.get $at) (i32.const 65536)))
+                 (br_if $page (i32.lt_u (local.get $at) (i32.const {bytes})))))
+             (start $touch))"#,
+        bytes = u64::from(pages) * 65536
+    ))
+    .unwrap()
+}
+
+/// The table-grower contributor (one 1-page memory) with `copies` memory
+/// hogs of `pages` pages each appended as core instances of its own.
+fn with_hogs(pages: u32, copies: u32) -> Vec<u8> {
+    let guest = std::fs::read(artifacts::TABLE_GROWER).unwrap();
+    dsh_env_tests::surgery::with_core_modules(&guest, &memory_hog(pages), copies)
+}
+
+/// Each memory alone is within the cap (the guest's 1 page, a hog of
+/// exactly the cap), but the instance's memories together are not.
+#[tokio::test]
+async fn an_instances_memories_count_against_its_limit_together() {
+    let registry = registry();
+    let limits = Limits {
+        memory_bytes: 32 << 20,
+        ..quick()
+    };
+    let component = registry
+        .load_bytes("two-memories", &with_hogs(512, 1))
+        .unwrap()
+        .with_limits(limits);
+    let failure = declare_failure(registry.register(component).await.err().unwrap());
+    let GuestFailure::ResourceLimit(message) = failure else {
+        panic!("expected a resource limit, got {failure}")
+    };
+    // 1 + 512 pages, and the guest's one-element table at 8 bytes.
+    assert!(
+        message.starts_with("memory limit of 33554432 bytes exceeded (wanted 33619976 "),
+        "{message}"
+    );
+    registry.prepare().await; // drops finished stores
+    assert_eq!(
+        registry.guest_memory(),
+        0,
+        "a failed instance keeps nothing"
+    );
+    assert_healthy(&registry).await;
+}
+
+/// A component with many memories cannot take the pool's memory slots from
+/// every other contributor: it is refused when it loads, by name.
+#[tokio::test]
+async fn a_component_with_many_memories_is_refused_at_load() {
+    let registry = registry();
+    let err = registry
+        .load_bytes("sixteen-hogs", &with_hogs(1, 16))
+        .unwrap_err();
+    assert!(
+        err.reason.contains("17 Wasm linear memories")
+            && err.reason.contains(&format!(
+                "maximum of {} in the pooling allocator",
+                dsh_env::engine::MAX_MEMORIES
+            )),
+        "{err}"
+    );
+    assert_healthy(&registry).await;
+}
+
+/// Instances at their own cap cannot add up without bound: they share one
+/// budget, and the growth that would pass it is refused by name.
+#[tokio::test]
+async fn all_live_instances_share_one_memory_budget() {
+    let registry = registry_with(HostLimits {
+        memory_budget_bytes: 96 << 20,
+        retired_bytes: 0,
+        ..HostLimits::default()
+    });
+    let limits = Limits {
+        deadline: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    let holder = puppet(
+        &registry,
+        &[
+            ("name", "holder"),
+            ("keys", "DSH_OUT=o"),
+            ("resolve", "hold:40:500"),
+        ],
+    );
+    let _holder = registry.register(holder.with_limits(limits)).await.unwrap();
+    let call = agent_call("c", "s");
+    let results = tokio::join!(
+        registry.collect(&call),
+        registry.collect(&call),
+        registry.collect(&call),
+        registry.collect(&call),
+    );
+    let results = [results.0, results.1, results.2, results.3];
+    let refused = results
+        .iter()
+        .filter(|result| {
+            matches!(result, Err(ContributorError {
+                cause: FailureCause::Guest(GuestFailure::ResourceLimit(message)), ..
+            }) if message.starts_with("host memory budget of 100663296 bytes for all live instances exhausted"))
+        })
+        .count();
+    let served = results.iter().filter(|result| result.is_ok()).count();
+    assert!(refused >= 1 && served >= 1, "{results:?}");
+    assert_eq!(refused + served, 4, "{results:?}");
+    assert_eq!(
+        registry.guest_memory(),
+        0,
+        "every store gave its memory back"
+    );
+    drop(_holder);
+    assert_healthy(&registry).await;
+}
+
+/// Finished stores wait to be dropped off the caller's path, but what they
+/// hold is bounded in bytes: a guest using ~100 MiB is dropped at once,
+/// while small ones still wait.
+#[tokio::test]
+async fn finished_stores_hold_a_bounded_amount_of_memory() {
+    let registry = registry();
+    let cap = HostLimits::default().retired_bytes;
+    let big = puppet(
+        &registry,
+        &[
+            ("name", "big"),
+            ("keys", "DSH_BIG=b"),
+            ("resolve", "hold:100:0"),
+        ],
+    );
+    let big = registry.register(big).await.unwrap();
+    for call in 0..12 {
+        registry
+            .collect(&agent_call(&format!("c{call}"), "s"))
+            .await
+            .unwrap();
+        assert!(registry.retired_memory() <= cap, "call {call}");
+        assert!(registry.guest_memory() <= cap, "call {call}");
+    }
+    drop(big);
+    let small = puppet(&registry, &[("name", "small"), ("keys", "DSH_SMALL=s")]);
+    let _small = registry.register(small).await.unwrap();
+    registry.collect(&agent_call("small", "s")).await.unwrap();
+    assert!(
+        registry.retired_memory() > 0,
+        "a small finished store still waits to be dropped off the caller's path"
+    );
+}
+
+/// 1,000 pairs whose values alias the same 64 KiB of guest memory: about 64
+/// MiB for the host to copy. The copy stops at the per-call data limit.
+#[tokio::test]
+async fn aliased_strings_stop_at_the_host_call_data_limit() {
+    let registry = registry();
+    let component = registry
+        .load_file(artifacts::ALIAS_BOMB.as_ref())
+        .unwrap()
+        .with_limits(quick());
+    let _bomb = registry.register(component).await.unwrap();
+    let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+    assert_eq!(err.contributor, "alias-bomb");
+    let FailureCause::Guest(GuestFailure::ResourceLimit(message)) = err.cause else {
+        panic!("expected a resource limit, got {err}")
+    };
+    let limit = quick().hostcall_bytes(Phase::Resolve);
+    assert!(
+        message.starts_with(&format!("host-call data limit of {limit} bytes exceeded")),
+        "{message}"
+    );
+    drop(_bomb);
+    assert_healthy(&registry).await;
+}
+
+/// A puppet with the cwd grant, acting out `resolve` in the agent's cwd.
+async fn in_cwd(
+    registry: &Registry,
+    cwd: &std::path::Path,
+    resolve: &str,
+    limits: Limits,
+) -> Result<Overlay, ContributorError> {
+    let component = puppet(
+        registry,
+        &[
+            ("name", "in-cwd"),
+            ("keys", "DSH_OUT=o"),
+            ("resolve", resolve),
+        ],
+    )
+    .with_limits(limits)
+    .with_grants(Grants {
+        cwd_read: true,
+        ..Grants::default()
+    });
+    let registration = registry.register(component).await.unwrap();
+    let cwd = cwd.to_str().unwrap();
+    let started = Instant::now();
+    let result = registry.collect(&agent_call_in("c", "s", cwd)).await;
+    assert!(
+        started.elapsed() < BOUND,
+        "{resolve} took {:?}",
+        started.elapsed()
+    );
+    drop(registration);
+    result
+}
+
+/// A guest that opens a file again and again runs into its handle limit,
+/// by name; its files are closed when its call ends, so the next command
+/// can still be spawned.
+#[tokio::test]
+async fn a_guest_cannot_hoard_descriptors() {
+    let registry = registry();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), "x").unwrap();
+    let hoard = format!("hoard:{}/f:100000", dir.path().display());
+    let err = in_cwd(&registry, dir.path(), &hoard, quick())
+        .await
+        .unwrap_err();
+    let FailureCause::Guest(GuestFailure::ResourceLimit(message)) = err.cause else {
+        panic!("expected a resource limit, got {err}")
+    };
+    let cap = Limits::default().max_handles;
+    assert!(
+        message.starts_with(&format!("handle limit of {cap} exceeded")),
+        "{message}"
+    );
+    assert_eq!(registry.guest_descriptors(), 0);
+    let spawned = LocalExecutor
+        .run(ShellExecRequest::new(
+            "true",
+            dir.path(),
+            Overlay::default(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(spawned.exit_code, Some(0));
+    assert_healthy(&registry).await;
+}
+
+/// Guests together hold at most the host's descriptor cap, whatever their
+/// own handle limits; past it, opens fail inside the guest.
+#[tokio::test]
+async fn guests_share_one_descriptor_cap() {
+    let registry = registry_with(HostLimits {
+        guest_descriptors: 10,
+        ..HostLimits::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), "x").unwrap();
+    let hoard = format!("hoard:{}/f:100", dir.path().display());
+    let limits = Limits {
+        max_handles: 1000,
+        ..quick()
+    };
+    let err = in_cwd(&registry, dir.path(), &hoard, limits)
+        .await
+        .unwrap_err();
+    let FailureCause::Guest(GuestFailure::GuestError(message)) = err.cause else {
+        panic!("expected the guest's own error, got {err}")
+    };
+    assert!(message.starts_with("opened 10, then"), "{message}");
+    assert_eq!(registry.guest_descriptors(), 0);
+    assert_healthy(&registry).await;
+}
+
+/// The model controls the agent's cwd. A FIFO, a socket or a kernel file
+/// there is refused at once inside the guest (no open that blocks, with a
+/// deadline far away), while a regular file still reads.
+#[tokio::test]
+async fn files_the_model_controls_cannot_block_a_guest() {
+    let registry = registry();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let made = std::process::Command::new("mkfifo")
+        .arg(path("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let _socket = std::os::unix::net::UnixListener::bind(path("socket")).unwrap();
+    std::fs::write(path("plain"), "plain text").unwrap();
+    let patient = Limits {
+        deadline: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    // A FIFO opens (non-blocking) and is refused as not a regular file; a
+    // socket cannot be opened at all. Either way the guest sees an error.
+    for (name, error) in [("fifo", "ermission denied"), ("socket", "os error")] {
+        let read = format!("read:{}", path(name));
+        let err = in_cwd(&registry, dir.path(), &read, patient.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err.cause, FailureCause::Guest(GuestFailure::GuestError(m)) if m.contains(error)),
+            "{name}: {err}"
+        );
+    }
+    // The cwd itself a FIFO: it is not a directory, so it is not granted.
+    let fifo = dir.path().join("fifo");
+    let err = in_cwd(&registry, &fifo, "list:.", patient.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err.cause, FailureCause::Guest(GuestFailure::GuestError(_))),
+        "a FIFO cwd: {err}"
+    );
+    let proc_self = std::path::Path::new("/proc/self");
+    let err = in_cwd(
+        &registry,
+        proc_self,
+        "read:/proc/self/status",
+        patient.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err.cause, FailureCause::Guest(GuestFailure::GuestError(m)) if m.contains("ermission denied")),
+        "/proc: {err}"
+    );
+    let read = format!("read:{}", path("plain"));
+    let overlay = in_cwd(&registry, dir.path(), &read, patient).await.unwrap();
+    assert_eq!(overlay.get("DSH_OUT"), Some("plain text"));
+    assert_eq!(registry.guest_descriptors(), 0);
+}
+
+/// The git-context example, with `.git/HEAD` made a FIFO by the model:
+/// the branch is simply absent, at once.
+#[tokio::test]
+async fn git_context_with_a_fifo_head_does_not_hang() {
+    let registry = registry();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join(".git/HEAD"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let component = registry
+        .load_file(artifacts::GIT_CONTEXT.as_ref())
+        .unwrap()
+        .with_grants(Grants {
+            cwd_read: true,
+            ..Grants::default()
+        });
+    let _git = registry.register(component).await.unwrap();
+    let started = Instant::now();
+    let cwd = dir.path().to_str().unwrap();
+    let overlay = registry
+        .collect(&agent_call_in("c", "s", cwd))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < BOUND);
+    assert_eq!(overlay.get("DSH_GIT_BRANCH"), None);
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use wasmtime::Trap;
+use wasmtime::component::ResourceTableError;
 
 use crate::limits::{Limits, bounded};
 
@@ -58,8 +59,12 @@ pub(super) fn classify(
     limit_hit: Option<String>,
     limits: &Limits,
     instantiating: bool,
+    hostcall_bytes: usize,
 ) -> GuestFailure {
     if let Some(message) = limit_hit {
+        return GuestFailure::ResourceLimit(message);
+    }
+    if let Some(message) = host_limit(&err, limits, hostcall_bytes) {
         return GuestFailure::ResourceLimit(message);
     }
     match err.downcast_ref::<Trap>() {
@@ -70,4 +75,28 @@ pub(super) fn classify(
         None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
         None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
     }
+}
+
+/// Names a limit that wasmtime enforced on the host's side of a call: the
+/// bytes a guest may hand the host in one lift (its private error type is
+/// known only by its message), or the handles one instance may hold.
+fn host_limit(err: &wasmtime::Error, limits: &Limits, hostcall_bytes: usize) -> Option<String> {
+    if let Some(ResourceTableError::Full) = err.downcast_ref::<ResourceTableError>() {
+        return Some(format!(
+            "handle limit of {} exceeded (files, streams and other host handles held at once)",
+            limits.max_handles
+        ));
+    }
+    let hostcall = err.chain().any(|cause| {
+        cause
+            .to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    });
+    hostcall.then(|| {
+        format!(
+            "host-call data limit of {} bytes exceeded (data copied from the guest in one call \
+             or result)",
+            hostcall_bytes
+        )
+    })
 }

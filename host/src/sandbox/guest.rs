@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
@@ -11,15 +12,18 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, dsh::env::types};
 use super::component::Grants;
+use super::files::OpenFiles;
 use crate::engine;
 use crate::execution::{self, ToolExecution};
 use crate::guest_output::GuestOutput;
-use crate::limits::Limits;
+use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 
 /// Per-instance host state: an empty WASI context and the guest's config.
 pub(crate) struct GuestState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
+    /// Descriptors opened through the cwd grant, counted process-wide.
+    pub(super) files: OpenFiles,
     pub(super) limiter: GuestLimiter,
     pub(super) config: Arc<BTreeMap<String, String>>,
     /// Epoch ticks the guest may still run for (see `arm`).
@@ -43,62 +47,151 @@ impl bindings::dsh::env::config::Host for GuestState {
 
 impl types::Host for GuestState {}
 
-/// Caps memory and table growth, remembering which cap was hit.
+/// Guest memory that all live instances of a sandbox hold together, against
+/// one budget, so that many instances at their own cap cannot add up to an
+/// unbounded resident set.
+#[derive(Debug)]
+pub(crate) struct MemoryBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Self {
+        MemoryBudget {
+            limit,
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `bytes` from the budget, if that many are left.
+    fn charge(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    /// Gives `bytes` back.
+    fn release(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes charged now.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Caps one instance's memories and tables in total (wasmtime asks about
+/// each memory on its own, without saying which), charging every growth
+/// to the shared [`MemoryBudget`] too, and remembers which cap was hit.
 pub(super) struct GuestLimiter {
-    pub(super) memory_bytes: usize,
-    pub(super) table_elements: usize,
+    memory_bytes: usize,
+    table_elements: usize,
+    /// Bytes of memory and table storage granted so far, initial sizes
+    /// included; never lowered by a failed growth.
+    used_bytes: usize,
+    used_elements: usize,
+    budget: Arc<MemoryBudget>,
     pub(super) hit: Option<String>,
 }
 
 impl GuestLimiter {
-    /// Allows growth to `desired` up to `limit`; past it, remembers and
-    /// returns the named failure (which traps the guest).
-    fn allow(
-        &mut self,
-        what: &str,
-        limit: (usize, &str),
-        desired: usize,
-    ) -> wasmtime::Result<bool> {
-        let (limit, unit) = limit;
-        if desired > limit {
-            let message = format!("{what} limit of {limit} {unit} exceeded (wanted {desired})");
-            self.hit = Some(message.clone());
-            return Err(wasmtime::format_err!(message));
+    /// A limiter for `limits`, charging `budget`.
+    pub(super) fn new(limits: &Limits, budget: Arc<MemoryBudget>) -> Self {
+        GuestLimiter {
+            memory_bytes: limits.memory_bytes,
+            table_elements: limits.table_elements,
+            used_bytes: 0,
+            used_elements: 0,
+            budget,
+            hit: None,
         }
+    }
+
+    /// Bytes this instance holds (what it charges the budget).
+    pub(super) fn used_bytes(&self) -> usize {
+        self.used_bytes
+    }
+
+    /// Remembers `message` as the cap that was hit, and fails the growth
+    /// with it (which traps the guest).
+    fn refuse(&mut self, message: String) -> wasmtime::Result<bool> {
+        self.hit = Some(message.clone());
+        Err(wasmtime::format_err!(message))
+    }
+
+    /// Grants `bytes` more, if the instance's cap and the shared budget allow.
+    fn grow_bytes(&mut self, what: &str, bytes: usize) -> wasmtime::Result<bool> {
+        let total = self.used_bytes.saturating_add(bytes);
+        if total > self.memory_bytes {
+            return self.refuse(format!(
+                "memory limit of {} bytes exceeded (wanted {total} across the instance's \
+                 memories and tables, by {what} growth)",
+                self.memory_bytes
+            ));
+        }
+        if !self.budget.charge(bytes) {
+            return self.refuse(format!(
+                "host memory budget of {} bytes for all live instances exhausted \
+                 ({what} growth of {bytes} bytes refused)",
+                self.budget.limit
+            ));
+        }
+        self.used_bytes = total;
         Ok(true)
+    }
+}
+
+impl Drop for GuestLimiter {
+    fn drop(&mut self) {
+        self.budget.release(self.used_bytes);
     }
 }
 
 impl ResourceLimiter for GuestLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.allow("memory", (self.memory_bytes, "bytes"), desired)
+        self.grow_bytes("memory", desired.saturating_sub(current))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.allow("table", (self.table_elements, "elements"), desired)
+        let added = desired.saturating_sub(current);
+        let elements = self.used_elements.saturating_add(added);
+        if elements > self.table_elements {
+            return self.refuse(format!(
+                "table limit of {} elements exceeded (wanted {elements} across the \
+                 instance's tables)",
+                self.table_elements
+            ));
+        }
+        let granted = self.grow_bytes("table", added.saturating_mul(TABLE_ELEMENT_BYTES))?;
+        self.used_elements = elements;
+        Ok(granted)
     }
 
-    // Enough for every real guest seen (componentize-py: 14 core instances).
     fn instances(&self) -> usize {
-        64
+        engine::MAX_CORE_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        64
+        engine::MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        16
+        engine::MAX_MEMORIES
     }
 }
 

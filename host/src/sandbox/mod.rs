@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
@@ -12,11 +13,12 @@ use crate::declaration::RawDeclaration;
 use crate::engine;
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{Limits, bounded};
+use crate::limits::{HostLimits, Limits, bounded};
 use crate::manifest::OnError;
 
 mod component;
 mod failure;
+mod files;
 mod guest;
 
 pub(crate) use component::Source;
@@ -25,7 +27,10 @@ pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};
 use failure::classify;
-use guest::{GuestLimiter, GuestState, arm, arm_deadline, host_deadline, to_wit, wasi_context};
+use files::{DescriptorLedger, OpenFiles};
+use guest::{
+    GuestLimiter, GuestState, MemoryBudget, arm, arm_deadline, host_deadline, to_wit, wasi_context,
+};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -77,14 +82,38 @@ pub(crate) enum Preparation {
     Unsuitable,
 }
 
-/// A finished call's store, and the pool slot it holds until it is dropped.
-type Retired = (Store<GuestState>, OwnedSemaphorePermit);
+/// Finished calls' stores, and the pool slots they hold until dropped.
+#[derive(Default)]
+struct Retired {
+    stores: Vec<(Store<GuestState>, OwnedSemaphorePermit)>,
+    /// Guest memory the stores hold, as their limiters charged it.
+    bytes: usize,
+}
 
 /// Pool slots that instances made ahead may hold at most.
 pub const MAX_PREPARED: usize = engine::MAX_LIVE_INSTANCES as usize / 2;
 
 /// Finished stores wait at most this many before a call drops them itself.
 const MAX_RETIRED: usize = 32;
+
+/// Where calls of contributors with a cwd grant run: a runtime of their
+/// own, with a small blocking pool, so a guest whose file I/O blocks holds
+/// one of these threads, never the caller's runtime or its blocking pool.
+struct GuestIo {
+    /// `None` only while dropping.
+    runtime: Option<Runtime>,
+    /// Such calls that may run at once.
+    calls: Arc<Semaphore>,
+}
+
+impl Drop for GuestIo {
+    fn drop(&mut self) {
+        // A thread stuck in a blocking read cannot be joined; do not wait for it.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
 
 /// Compiles components and runs their calls, each in a fresh instance.
 pub(crate) struct Sandbox {
@@ -94,12 +123,19 @@ pub(crate) struct Sandbox {
     slots: Arc<Semaphore>,
     /// Finished stores not dropped yet: dropping one (resetting its pool
     /// slot) costs about a fifth of a call, and need not delay the overlay.
-    retired: Mutex<Vec<Retired>>,
+    retired: Mutex<Retired>,
+    /// Guest memory of every live store, against the host's budget.
+    budget: Arc<MemoryBudget>,
+    /// Files guests hold open through cwd grants, against the host's cap.
+    descriptors: Arc<DescriptorLedger>,
+    io: GuestIo,
+    host_limits: HostLimits,
 }
 
 impl Sandbox {
-    /// An engine and a linker that provides WASI (denying everything) and `config`.
-    pub(crate) fn new() -> Result<Self, LoadError> {
+    /// An engine and a linker that provides WASI (denying everything, and
+    /// opening files without blocking) and `config`, under `host_limits`.
+    pub(crate) fn new(host_limits: HostLimits) -> Result<Self, LoadError> {
         let setup = |e: wasmtime::Error| LoadError {
             origin: "dsh-env".into(),
             reason: format!("engine setup failed: {e}"),
@@ -107,14 +143,45 @@ impl Sandbox {
         let engine = engine::build_engine().map_err(setup)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(setup)?;
+        files::add_to_linker(&mut linker).map_err(setup)?;
         bindings::Contributor::add_to_linker::<_, HasSelf<GuestState>>(&mut linker, |s| s)
             .map_err(setup)?;
+        let io_calls = host_limits.io_calls.max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(io_calls)
+            .thread_name("dsh-env-guest-io")
+            .enable_time()
+            .build()
+            .map_err(|e| setup(wasmtime::Error::from(e)))?;
         Ok(Sandbox {
             engine,
             linker,
             slots: Arc::new(Semaphore::new(engine::MAX_LIVE_INSTANCES as usize)),
             retired: Mutex::default(),
+            budget: Arc::new(MemoryBudget::new(host_limits.memory_budget_bytes)),
+            descriptors: Arc::new(DescriptorLedger::new(host_limits.guest_descriptors)),
+            io: GuestIo {
+                runtime: Some(runtime),
+                calls: Arc::new(Semaphore::new(io_calls)),
+            },
+            host_limits,
         })
+    }
+
+    /// Guest memory charged by live and retired stores, in bytes.
+    pub(crate) fn memory_in_use(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// Files and directories guests hold open now.
+    pub(crate) fn descriptors_open(&self) -> usize {
+        self.descriptors.open()
+    }
+
+    /// Which contributors hold guest descriptors now, and how many.
+    pub(crate) fn descriptor_holders(&self) -> Vec<(String, usize)> {
+        self.descriptors.holders()
     }
 
     /// The engine every component is compiled for.
@@ -174,9 +241,13 @@ impl Sandbox {
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, GuestFailure> {
         let declaration = self
-            .call(component, component.origin(), None, async |guest, store| {
-                guest.call_declare(store).await
-            })
+            .call(
+                component,
+                component.origin(),
+                Phase::Declare,
+                None,
+                async |guest, store| guest.call_declare(store).await,
+            )
             .await?;
         Ok(RawDeclaration {
             name: declaration.name,
@@ -203,9 +274,17 @@ impl Sandbox {
         };
         let result = match prepared {
             Some(prepared) => self.run(component, name, prepared, resolve).await,
+            // It may touch files the model controls.
+            None if component.grants.cwd_read => self.resolve_on_io(component, name, call).await,
             None => {
-                self.call(component, name, Some(call.execution), resolve)
-                    .await
+                self.call(
+                    component,
+                    name,
+                    Phase::Resolve,
+                    Some(call.execution),
+                    resolve,
+                )
+                .await
             }
         }?;
         result.map_err(|message| {
@@ -228,7 +307,7 @@ impl Sandbox {
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;
         };
-        let mut fresh = self.fresh_store(component, None);
+        let mut fresh = self.fresh_store(component, component.origin(), Phase::Resolve, None);
         let limits = &component.limits;
         arm(&mut fresh.store, limits);
         let instantiate = component.pre.instantiate_async(&mut fresh.store);
@@ -242,27 +321,105 @@ impl Sandbox {
         }
     }
 
-    /// Instantiates `component` in a new store and runs `f` under its limits.
-    async fn call<R>(
-        &self,
-        component: &ContributorComponent,
-        name: &str,
-        execution: Option<&ToolExecution>,
-        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
-    ) -> Result<R, GuestFailure> {
-        let limits = &component.limits;
-        let slot = match Arc::clone(&self.slots).try_acquire_owned() {
-            Ok(slot) => slot,
+    /// A pool slot, once one is free.
+    async fn slot(&self) -> Result<OwnedSemaphorePermit, GuestFailure> {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(slot) => Ok(slot),
             Err(_) => {
                 // Retired stores may be what holds the slots.
                 self.reclaim();
                 Arc::clone(&self.slots)
                     .acquire_owned()
                     .await
-                    .map_err(|e| GuestFailure::Instantiate(e.to_string()))?
+                    .map_err(|e| GuestFailure::Instantiate(e.to_string()))
             }
+        }
+    }
+
+    /// `resolve` for a contributor with a cwd grant, on the guest I/O
+    /// runtime (see [`GuestIo`]), at most `HostLimits::io_calls` at once.
+    /// At the deadline the call is abandoned: its task, store and files are
+    /// dropped there, and a thread stuck in the kernel stays stuck on that
+    /// runtime, not on the caller's.
+    async fn resolve_on_io(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        call: &Call<'_>,
+    ) -> Result<Result<Vec<(String, String)>, String>, GuestFailure> {
+        let limits = &component.limits;
+        let Some(runtime) = &self.io.runtime else {
+            return Err(GuestFailure::Instantiate(
+                "the guest I/O runtime is gone".into(),
+            ));
         };
-        let mut fresh = self.fresh_store(component, execution);
+        let (stdout, stderr) = (
+            GuestOutput::new(limits.max_log_bytes),
+            GuestOutput::new(limits.max_log_bytes),
+        );
+        let started = async {
+            let io_call = Arc::clone(&self.io.calls)
+                .acquire_owned()
+                .await
+                .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
+            let slot = self.slot().await?;
+            let mut store = self.new_store(
+                component,
+                name,
+                Phase::Resolve,
+                Some(call.execution),
+                &stdout,
+                &stderr,
+            );
+            arm(&mut store, limits);
+            let (pre, wit) = (component.pre.clone(), call.wit.clone());
+            let task = runtime.spawn(async move {
+                let outcome = async {
+                    let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
+                    (guest.call_resolve(&mut store, &wit).await).map_err(|e| (e, false))
+                }
+                .await;
+                drop(io_call);
+                (store, outcome)
+            });
+            Ok::<_, GuestFailure>((task, slot))
+        };
+        let deadline = tokio::time::Instant::now() + host_deadline(limits);
+        let (task, slot) = match tokio::time::timeout_at(deadline, started).await {
+            Ok(started) => started?,
+            Err(_) => return Err(GuestFailure::Deadline(limits.deadline)),
+        };
+        let abort = task.abort_handle();
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok((store, outcome))) => {
+                let fresh = FreshStore {
+                    store,
+                    stdout,
+                    stderr,
+                };
+                self.finish(component, name, fresh, slot, Ok(outcome))
+            }
+            Ok(Err(join)) => Err(GuestFailure::Trap(join.to_string())),
+            Err(_) => {
+                abort.abort();
+                log_output(name, &stdout, &stderr);
+                Err(GuestFailure::Deadline(limits.deadline))
+            }
+        }
+    }
+
+    /// Instantiates `component` in a new store and runs `f` under its limits.
+    async fn call<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
+        execution: Option<&ToolExecution>,
+        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, GuestFailure> {
+        let limits = &component.limits;
+        let slot = self.slot().await?;
+        let mut fresh = self.fresh_store(component, name, phase, execution);
         arm(&mut fresh.store, limits);
         let store = &mut fresh.store;
         let run = async {
@@ -295,11 +452,12 @@ impl Sandbox {
         self.finish(component, name, fresh, slot, outcome)
     }
 
-    /// A store for one instance of `component`: its WASI context (with the
-    /// grants `execution` allows), limiter and config.
+    /// A store for one instance of `component`, and what its guest prints.
     fn fresh_store(
         &self,
         component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
         execution: Option<&ToolExecution>,
     ) -> FreshStore {
         let limits = &component.limits;
@@ -307,27 +465,47 @@ impl Sandbox {
             GuestOutput::new(limits.max_log_bytes),
             GuestOutput::new(limits.max_log_bytes),
         );
-        let wasi = wasi_context(&component.grants, execution, &stdout, &stderr);
-        let mut store = Store::new(
-            &self.engine,
-            GuestState {
-                wasi,
-                table: ResourceTable::new(),
-                limiter: GuestLimiter {
-                    memory_bytes: limits.memory_bytes,
-                    table_elements: limits.table_elements,
-                    hit: None,
-                },
-                config: component.config.clone(),
-                ticks_left: 0,
-            },
-        );
-        store.limiter(|state| &mut state.limiter);
+        let store = self.new_store(component, name, phase, execution, &stdout, &stderr);
         FreshStore {
             store,
             stdout,
             stderr,
         }
+    }
+
+    /// A store for one instance of `component`: its WASI context (with the
+    /// grants `execution` allows, printing into `stdout` and `stderr`), its
+    /// limiter, handle caps, hostcall budget and config.
+    fn new_store(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
+        execution: Option<&ToolExecution>,
+        stdout: &GuestOutput,
+        stderr: &GuestOutput,
+    ) -> Store<GuestState> {
+        let limits = &component.limits;
+        let wasi = wasi_context(&component.grants, execution, stdout, stderr);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_handles);
+        let mut store = Store::new(
+            &self.engine,
+            GuestState {
+                wasi,
+                table,
+                files: OpenFiles::new(Arc::clone(&self.descriptors), name),
+                limiter: GuestLimiter::new(limits, Arc::clone(&self.budget)),
+                config: component.config.clone(),
+                ticks_left: 0,
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        // What the guest can make the host copy or hold per call follows
+        // its own caps, not wasmtime's defaults (128 MiB, 100,000 handles).
+        store.set_hostcall_fuel(limits.hostcall_bytes(phase));
+        store.set_max_component_handles(limits.max_handles.saturating_mul(2));
+        store
     }
 
     /// Logs the guest's output, names a failure, and retires the store.
@@ -340,31 +518,44 @@ impl Sandbox {
         outcome: Result<Result<R, (wasmtime::Error, bool)>, tokio::time::error::Elapsed>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
-        for (stream, output) in [("stdout", &fresh.stdout), ("stderr", &fresh.stderr)] {
-            if let Some(text) = output.text() {
-                tracing::info!(contributor = name, "{stream}: {text}");
-            }
+        log_output(name, &fresh.stdout, &fresh.stderr);
+        let mut store = fresh.store;
+        if component.grants.cwd_read {
+            release_host_resources(store.data_mut());
         }
         let result = match outcome {
             Err(_) => Err(GuestFailure::Deadline(limits.deadline)),
             Ok(Ok(value)) => Ok(value),
             Ok(Err((err, instantiating))) => Err(classify(
                 err,
-                fresh.store.data().limiter.hit.clone(),
+                store.data().limiter.hit.clone(),
                 limits,
                 instantiating,
+                store.hostcall_fuel(),
             )),
         };
-        self.retire(fresh.store, slot);
+        self.retire(store, slot);
         result
     }
 
-    /// Keeps a finished store for [`Sandbox::reclaim`], or drops the waiting
-    /// ones now when there are many or a call may be waiting for a slot.
+    /// Keeps a finished store for [`Sandbox::reclaim`], or drops it now when
+    /// it holds more guest memory than retired stores may; drops the waiting
+    /// ones too when there are many, they hold too much, or a call may be
+    /// waiting for a slot.
     fn retire(&self, store: Store<GuestState>, slot: OwnedSemaphorePermit) {
+        let bytes = store.data().limiter.used_bytes();
+        let cap = self.host_limits.retired_bytes;
+        if bytes > cap {
+            drop((store, slot));
+            return;
+        }
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
-        retired.push((store, slot));
-        if retired.len() >= MAX_RETIRED || self.slots.available_permits() == 0 {
+        retired.stores.push((store, slot));
+        retired.bytes += bytes;
+        if retired.stores.len() >= MAX_RETIRED
+            || retired.bytes > cap
+            || self.slots.available_permits() == 0
+        {
             let full = std::mem::take(&mut *retired);
             drop(retired);
             drop(full);
@@ -379,4 +570,27 @@ impl Sandbox {
         };
         drop(retired);
     }
+
+    /// Guest memory that finished stores still hold, in bytes.
+    pub(crate) fn retired_bytes(&self) -> usize {
+        self.retired.lock().unwrap_or_else(|p| p.into_inner()).bytes
+    }
+}
+
+/// Logs what a guest printed, with its contributor's name.
+fn log_output(name: &str, stdout: &GuestOutput, stderr: &GuestOutput) {
+    for (stream, output) in [("stdout", stdout), ("stderr", stderr)] {
+        if let Some(text) = output.text() {
+            tracing::info!(contributor = name, "{stream}: {text}");
+        }
+    }
+}
+
+/// Closes what a finished guest held open through its grants (files,
+/// directories, streams), before the store is retired: a retired store
+/// must not keep descriptors the command about to be spawned may need.
+fn release_host_resources(state: &mut GuestState) {
+    state.table = ResourceTable::new();
+    state.wasi = wasmtime_wasi::WasiCtx::builder().build();
+    state.files.release();
 }

@@ -1,5 +1,5 @@
 //! Builds the example contributors written in Python, JavaScript and C, and
-//! the WAT test guest `table-grower`, into components under
+//! the WAT test guests `table-grower` and `alias-bomb`, into components under
 //! `<target>/polyglot/`, each only when its inputs changed (componentize-py
 //! and componentize-js take tens of seconds).
 //!
@@ -37,6 +37,7 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         "contributors/call-context/package-lock.json",
         "contributors/workspace-id/workspace_id.c",
         "tests/guests/table-grower/table_grower.wat",
+        "tests/guests/alias-bomb/alias_bomb.wat",
         "tests/artifacts/build/polyglot.rs",
         "wit",
     ] {
@@ -48,7 +49,8 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         let python = scope.spawn(|| session_url(workspace, &out));
         let javascript = scope.spawn(|| call_context(workspace, &out));
         let c = workspace_id(workspace, &out);
-        let wat = table_grower(workspace, &out);
+        let table_grower = wat_guest(workspace, &out, "table-grower");
+        let alias_bomb = wat_guest(workspace, &out, "alias-bomb");
         let join = |handle: std::thread::ScopedJoinHandle<'_, PathBuf>| {
             handle
                 .join()
@@ -58,7 +60,8 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
             ("SESSION_URL", join(python)),
             ("CALL_CONTEXT", join(javascript)),
             ("WORKSPACE_ID", c),
-            ("TABLE_GROWER", wat),
+            ("TABLE_GROWER", table_grower),
+            ("ALIAS_BOMB", alias_bomb),
         ]
     })
 }
@@ -181,13 +184,14 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
     })
 }
 
-/// `tests/guests/table-grower`: a core module written in WAT, with the
-/// contributor world embedded, encoded as a component (it imports nothing, so
-/// it needs no adapter).
-fn table_grower(workspace: &Path, out: &Path) -> PathBuf {
-    let source = workspace.join("tests/guests/table-grower/table_grower.wat");
+/// `tests/guests/<name>/<name>.wat` (with `_` for `-` in the file name): a
+/// core module written in WAT, with the contributor world embedded, encoded
+/// as a component (it imports nothing, so it needs no adapter).
+fn wat_guest(workspace: &Path, out: &Path, name: &str) -> PathBuf {
+    let stem = name.replace('-', "_");
+    let source = workspace.join(format!("tests/guests/{name}/{stem}.wat"));
     let inputs = [vec![source.clone()], wit_files(workspace)].concat();
-    cached(out, "table_grower", &inputs, |component| {
+    cached(out, &stem, &inputs, |component| {
         let mut module =
             wat::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", source.display()));
         let (resolve, world) = contributor_world(workspace);
@@ -202,7 +206,7 @@ fn table_grower(workspace: &Path, out: &Path) -> PathBuf {
             .module(&module)
             .map(|encoder| encoder.validate(true))
             .and_then(wit_component::ComponentEncoder::encode)
-            .unwrap_or_else(|e| panic!("componentize table_grower: {e:#}"));
+            .unwrap_or_else(|e| panic!("componentize {name}: {e:#}"));
         fs::write(component, bytes)
             .unwrap_or_else(|e| panic!("write {}: {e}", component.display()));
     })

@@ -16,7 +16,10 @@
 //! `recurse` (unbounded recursion), `sleep:<ms>` (a WASI clock sleep),
 //! `big:<bytes>` (one huge value for the first key), `many:<n>` (n pairs),
 //! `print:<bytes>` (write to stdout and stderr, with terminal escapes, then
-//! go on), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
+//! go on), `hold:<MiB>:<ms>` (fill that much memory, wait that long in a
+//! WASI sleep, then go on), `hoard:<path>:<n>[:<ms>]` (open `path` n times
+//! and keep every file open, for `ms` more if given; returns how many
+//! opened, or `err` with the count and the error), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
 //! `connect:<addr>`, whose result (or error) is returned as the first key's
 //! value, or as `err` when the probe fails.
 
@@ -89,6 +92,28 @@ fn misbehave(how: &str) -> Option<Result<Pairs, String>> {
             print!("{text}");
             eprint!("{text}");
             None
+        }
+        "hold" => {
+            let (mib, ms) = argument.split_once(':').unwrap_or((argument, "0"));
+            let mib = mib.parse::<usize>().unwrap_or(0);
+            let held = std::hint::black_box(vec![1u8; mib << 20]);
+            std::thread::sleep(std::time::Duration::from_millis(ms.parse().unwrap_or(0)));
+            drop(held);
+            None
+        }
+        "hoard" => {
+            let mut parts = argument.splitn(3, ':');
+            let (path, n) = (parts.next().unwrap_or(""), parts.next().unwrap_or("0"));
+            let ms = parts.next().and_then(|ms| ms.parse().ok()).unwrap_or(0);
+            let mut files = Vec::new();
+            for _ in 0..n.parse::<usize>().unwrap_or(0) {
+                match std::fs::File::open(path) {
+                    Ok(file) => files.push(file),
+                    Err(e) => return Some(Err(format!("opened {}, then: {e}", files.len()))),
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Some(Ok(vec![(first_key(), files.len().to_string())]))
         }
         "read" => probe(std::fs::read_to_string(argument)),
         "write" => probe(std::fs::write(argument, "written").map(|()| "written".to_string())),
