@@ -224,9 +224,9 @@ impl ArtifactCache {
                 "cannot store precompiled artifact {}: {err}",
                 entry.artifact.display()
             );
-        } else if let Some(component) = self.open(engine, &entry) {
-            return Ok((component, content));
         }
+        // This process keeps the copy in memory, as when it compiled in
+        // process; later ones map the stored file.
         in_memory(engine, &artifact).map(|component| (component, content))
     }
 
