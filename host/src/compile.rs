@@ -160,7 +160,10 @@ impl Compiler {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Ok(exe) = std::env::current_exe() {
             let beside = exe.parent().map(Path::to_path_buf);
-            let above = beside.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+            let above = beside
+                .as_deref()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf);
             dirs.extend(beside.into_iter().chain(above));
         }
         let searched = dirs.len();
@@ -221,7 +224,8 @@ impl Compiler {
             .spawn()
             .map_err(|e| failed(format!("could not start: {e}")))?;
         let pid = child.id() as libc::pid_t;
-        let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
         // The artifact cannot be larger than the helper's address space.
         let artifact_cap = bounds.memory_bytes;
         let timeout = Duration::from_millis(bounds.timeout_ms);
@@ -296,9 +300,13 @@ fn is_executable(path: &Path) -> bool {
 /// Whether the helper's last words say it ran out of memory: Rust's
 /// allocation-failure abort, or an OS allocation error in a panic.
 fn out_of_memory(diagnostic: &str) -> bool {
-    ["memory allocation of", "Cannot allocate memory", "out of memory"]
-        .iter()
-        .any(|needle| diagnostic.contains(needle))
+    [
+        "memory allocation of",
+        "Cannot allocate memory",
+        "out of memory",
+    ]
+    .iter()
+    .any(|needle| diagnostic.contains(needle))
 }
 
 /// Control characters escaped, so a message stays one line.
@@ -416,7 +424,8 @@ pub fn helper_main() -> ExitCode {
     match helper(std::env::args_os().skip(1).collect()) {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, message)) => {
-            eprintln!("{HELPER}: {message}");
+            // Bare: an invalid component's message is shown as it is.
+            eprintln!("{message}");
             ExitCode::from(code as u8)
         }
     }
@@ -431,7 +440,11 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     while let Some(flag) = args.next() {
         let value = args.next().and_then(|v| v.into_string().ok());
         let value = value.ok_or_else(|| usage(format!("{flag:?} needs a value")))?;
-        let number = || value.parse::<u64>().map_err(|e| usage(format!("{flag:?}: {e}")));
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| usage(format!("{flag:?}: {e}")))
+        };
         match flag.to_str() {
             Some("--memory-bytes") => memory_bytes = Some(number()?),
             Some("--cpu-seconds") => cpu_seconds = Some(number()?),
@@ -451,12 +464,7 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     set_limit(libc::RLIMIT_CORE, 0, 0).map_err(usage)?;
     set_limit(libc::RLIMIT_AS, memory_bytes, memory_bytes).map_err(usage)?;
     // The soft limit sends SIGXCPU; the hard one, a second later, SIGKILL.
-    set_limit(
-        libc::RLIMIT_CPU,
-        cpu_seconds,
-        cpu_seconds.saturating_add(1),
-    )
-    .map_err(usage)?;
+    set_limit(libc::RLIMIT_CPU, cpu_seconds, cpu_seconds.saturating_add(1)).map_err(usage)?;
 
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -480,7 +488,11 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
                     .is_some_and(|io| io.raw_os_error() == Some(libc::ENOMEM))
         });
         (
-            if oom { EXIT_OUT_OF_MEMORY } else { EXIT_INVALID },
+            if oom {
+                EXIT_OUT_OF_MEMORY
+            } else {
+                EXIT_INVALID
+            },
             format!("{e:#}"),
         )
     })?;
@@ -501,11 +513,7 @@ fn oom_or(code: i32, message: String, err: &std::io::Error) -> (i32, String) {
 }
 
 /// Lowers `resource` to `soft`/`hard`, never above the current hard limit.
-fn set_limit(
-    resource: ResourceKind,
-    soft: u64,
-    hard: u64,
-) -> Result<(), String> {
+fn set_limit(resource: ResourceKind, soft: u64, hard: u64) -> Result<(), String> {
     let mut current = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

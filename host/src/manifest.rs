@@ -243,8 +243,16 @@ impl ContributorEntry {
             }
         }
         let compile_times = [
-            (spec.compile_timeout_ms, "compile_timeout_ms", &mut limits.compile_timeout),
-            (spec.compile_cpu_ms, "compile_cpu_ms", &mut limits.compile_cpu),
+            (
+                spec.compile_timeout_ms,
+                "compile_timeout_ms",
+                &mut limits.compile_timeout,
+            ),
+            (
+                spec.compile_cpu_ms,
+                "compile_cpu_ms",
+                &mut limits.compile_cpu,
+            ),
         ];
         for (ms, field, slot) in compile_times {
             match ms {
@@ -376,10 +384,9 @@ path = "/abs/b.wasm"
             ))
             .map(|m| m.contributors[0].limits().unwrap())
         };
-        let limits = entry(
-            "compile_timeout_ms = 1500\ncompile_cpu_ms = 3000\ncompile_memory_mib = 512",
-        )
-        .unwrap();
+        let limits =
+            entry("compile_timeout_ms = 1500\ncompile_cpu_ms = 3000\ncompile_memory_mib = 512")
+                .unwrap();
         assert_eq!(
             (
                 limits.compile_timeout,
@@ -393,9 +400,18 @@ path = "/abs/b.wasm"
             )
         );
         for (bad, message) in [
-            ("compile_timeout_ms = 0", "limits.compile_timeout_ms must be at least 1"),
-            ("compile_cpu_ms = 0", "limits.compile_cpu_ms must be at least 1"),
-            ("compile_memory_mib = 1", "limits.compile_memory_mib must be from 64 to"),
+            (
+                "compile_timeout_ms = 0",
+                "limits.compile_timeout_ms must be at least 1",
+            ),
+            (
+                "compile_cpu_ms = 0",
+                "limits.compile_cpu_ms must be at least 1",
+            ),
+            (
+                "compile_memory_mib = 1",
+                "limits.compile_memory_mib must be from 64 to",
+            ),
         ] {
             let err = entry(bad).unwrap_err().to_string();
             assert!(err.contains(message), "{bad}: {err}");

@@ -223,7 +223,12 @@ fn entry_of(registry: &Registry, path: &str) -> (PathBuf, PathBuf) {
         .collect();
     let artifact = entries(registry)
         .into_iter()
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&content))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&content)
+        })
         .expect("an entry for the component");
     let seal = artifact.with_extension("seal");
     (artifact, seal)

@@ -548,6 +548,16 @@ async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
         "{message}"
     );
 
+    // Other bytes must be compiled, and this registry's helper is missing.
+    let err = remembering
+        .load_bytes("other", &compile_bomb(10, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("compile helper /nonexistent/dsh-env-compile") && err.contains("executable"),
+        "{err}"
+    );
+
     // Higher limits compile it again, until another limit ends it. Running
     // out of wall time is not remembered (it depends on the machine's load).
     let short = Limits {
