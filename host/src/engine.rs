@@ -86,7 +86,9 @@ pub fn build_engine() -> Result<Engine, wasmtime::Error> {
     Ok(engine)
 }
 
-fn base_config() -> Config {
+/// The engine configuration minus the instance allocator: what the compile
+/// helper builds its engine from, so its artifacts fit this engine.
+pub(crate) fn base_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);

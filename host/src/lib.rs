@@ -8,6 +8,7 @@
 pub mod agent;
 mod atomic_file;
 pub mod cache;
+pub mod compile;
 pub mod declaration;
 pub mod engine;
 pub mod execution;

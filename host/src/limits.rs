@@ -34,6 +34,14 @@ pub struct Limits {
     /// Host handles (WASI streams, files, directories, pollables) one
     /// instance may hold at once.
     pub max_handles: usize,
+    /// Wall-clock time compiling the component may take (the compile helper
+    /// is killed when it is up).
+    pub compile_timeout: Duration,
+    /// CPU time compiling may use, all compiler threads together (RLIMIT_CPU
+    /// in the helper, in whole seconds, rounded up).
+    pub compile_cpu: Duration,
+    /// Address space the compile helper may map, in bytes (RLIMIT_AS).
+    pub compile_memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +58,12 @@ impl Default for Limits {
             fuel: None,
             max_log_bytes: 4 << 10,
             max_handles: 64,
+            // The JS (12 MB) and Python (18 MB) examples need about 45 s of
+            // CPU and 510 MiB of address space here, and up to 130 s of wall
+            // time on a loaded 2-core machine.
+            compile_timeout: Duration::from_secs(300),
+            compile_cpu: Duration::from_secs(120),
+            compile_memory_bytes: 2 << 30,
         }
     }
 }

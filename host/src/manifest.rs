@@ -100,6 +100,12 @@ pub struct LimitsEntry {
     pub max_log_bytes: Option<usize>,
     /// Host handles (files, streams, pollables) one instance may hold.
     pub max_handles: Option<usize>,
+    /// Wall-clock time to compile the component, in milliseconds.
+    pub compile_timeout_ms: Option<u64>,
+    /// CPU time to compile it, in milliseconds (enforced in whole seconds).
+    pub compile_cpu_ms: Option<u64>,
+    /// Address space of the process that compiles it, in MiB.
+    pub compile_memory_mib: Option<usize>,
 }
 
 /// `[contributor.grants]`: what the contributor may see. Nothing by default.
@@ -193,6 +199,13 @@ impl Manifest {
     }
 }
 
+/// The least address space the compile helper may be given, in MiB.
+const MIN_COMPILE_MEMORY_MIB: usize = 64;
+
+/// The most address space the compile helper may be given, in MiB (1 TiB:
+/// beyond that the limit means nothing).
+const MAX_COMPILE_MEMORY_MIB: usize = 1 << 20;
+
 impl ContributorEntry {
     /// The default limits with this entry's overrides applied.
     pub fn limits(&self) -> Result<Limits, String> {
@@ -231,6 +244,34 @@ impl ContributorEntry {
             if let Some(value) = value {
                 *slot = value;
             }
+        }
+        let compile_times = [
+            (
+                spec.compile_timeout_ms,
+                "compile_timeout_ms",
+                &mut limits.compile_timeout,
+            ),
+            (
+                spec.compile_cpu_ms,
+                "compile_cpu_ms",
+                &mut limits.compile_cpu,
+            ),
+        ];
+        for (ms, field, slot) in compile_times {
+            match ms {
+                Some(0) => return Err(format!("limits.{field} must be at least 1")),
+                Some(ms) => *slot = Duration::from_millis(ms),
+                None => {}
+            }
+        }
+        if let Some(mib) = spec.compile_memory_mib {
+            // Below this the compiler's own engine does not start.
+            if !(MIN_COMPILE_MEMORY_MIB..=MAX_COMPILE_MEMORY_MIB).contains(&mib) {
+                return Err(format!(
+                    "limits.compile_memory_mib must be from {MIN_COMPILE_MEMORY_MIB} to {MAX_COMPILE_MEMORY_MIB}"
+                ));
+            }
+            limits.compile_memory_bytes = mib << 20;
         }
         Ok(limits)
     }
@@ -336,5 +377,47 @@ path = "/abs/b.wasm"
                 .contains("limits.memory_mib must be from 1 to 512"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn compile_limits_are_read_and_checked() {
+        let entry = |limits: &str| {
+            parse(&format!(
+                "[[contributor]]\npath = \"a.wasm\"\n[contributor.limits]\n{limits}\n"
+            ))
+            .map(|m| m.contributors[0].limits().unwrap())
+        };
+        let limits =
+            entry("compile_timeout_ms = 1500\ncompile_cpu_ms = 3000\ncompile_memory_mib = 512")
+                .unwrap();
+        assert_eq!(
+            (
+                limits.compile_timeout,
+                limits.compile_cpu,
+                limits.compile_memory_bytes
+            ),
+            (
+                Duration::from_millis(1500),
+                Duration::from_secs(3),
+                512 << 20
+            )
+        );
+        for (bad, message) in [
+            (
+                "compile_timeout_ms = 0",
+                "limits.compile_timeout_ms must be at least 1",
+            ),
+            (
+                "compile_cpu_ms = 0",
+                "limits.compile_cpu_ms must be at least 1",
+            ),
+            (
+                "compile_memory_mib = 1",
+                "limits.compile_memory_mib must be from 64 to",
+            ),
+        ] {
+            let err = entry(bad).unwrap_err().to_string();
+            assert!(err.contains(message), "{bad}: {err}");
+        }
     }
 }

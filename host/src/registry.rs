@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::ArtifactCache;
+use crate::compile::Compiler;
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
@@ -148,6 +149,7 @@ struct Inner {
     sandbox: Sandbox,
     home: DshHome,
     cache: ArtifactCache,
+    compiler: Compiler,
     /// Replaced whole on every change, so `collect` works on a stable snapshot.
     contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
     next_id: AtomicU64,
@@ -243,6 +245,7 @@ impl Registry {
             inner: Arc::new(Inner {
                 sandbox: Sandbox::new(host_limits)?,
                 cache,
+                compiler: Compiler::default(),
                 home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -280,21 +283,59 @@ impl Registry {
         self.inner.sandbox.descriptor_holders()
     }
 
-    /// Compiles a component from a file, or maps it from the cache when the
-    /// file is unchanged since it was compiled.
+    /// Compiles a component from a file under the default compile limits,
+    /// or maps it from the cache when the file is unchanged since it was
+    /// compiled.
     pub fn load_file(&self, path: &Path) -> Result<ContributorComponent, LoadError> {
-        let origin = path.display().to_string();
-        (self.inner.sandbox).load(&origin, Source::File(path), &self.inner.cache)
+        self.load_file_with(path, &Limits::default())
     }
 
-    /// Compiles a component from bytes (or takes it from the cache); `origin`
-    /// names it in errors.
+    /// [`Registry::load_file`] under `limits`' compile limits; the component
+    /// carries `limits`.
+    pub fn load_file_with(
+        &self,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        let origin = path.display().to_string();
+        self.load(&origin, Source::File(path), limits)
+    }
+
+    /// Compiles a component from bytes (or takes it from the cache) under
+    /// the default compile limits; `origin` names it in errors.
     pub fn load_bytes(
         &self,
         origin: &str,
         bytes: &[u8],
     ) -> Result<ContributorComponent, LoadError> {
-        (self.inner.sandbox).load(origin, Source::Bytes(bytes), &self.inner.cache)
+        self.load_bytes_with(origin, bytes, &Limits::default())
+    }
+
+    /// [`Registry::load_bytes`] under `limits`' compile limits; the
+    /// component carries `limits`.
+    pub fn load_bytes_with(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        self.load(origin, Source::Bytes(bytes), limits)
+    }
+
+    fn load(
+        &self,
+        origin: &str,
+        source: Source<'_>,
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        let inner = &self.inner;
+        (inner.sandbox).load(origin, source, &inner.cache, &inner.compiler, limits)
+    }
+
+    /// Compiles components with the helper at `path` (see
+    /// [`crate::compile`]) instead of looking for `dsh-env-compile`.
+    pub fn set_compiler(&self, path: impl Into<PathBuf>) {
+        self.inner.compiler.set_helper(path.into());
     }
 
     /// The precompiled-artifact cache.
@@ -326,9 +367,8 @@ impl Registry {
                     cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
                 };
                 Ok(self
-                    .load_file(&manifest.component_path(entry))?
+                    .load_file_with(&manifest.component_path(entry), &limits)?
                     .with_config(config)
-                    .with_limits(limits)
                     .with_grants(grants)
                     .with_on_error(entry.on_error))
             });

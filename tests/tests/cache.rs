@@ -213,3 +213,85 @@ fn concurrent_first_loads_leave_one_sound_entry() {
         .collect();
     assert_eq!(seal.split_once(' ').unwrap().0, digest);
 }
+
+/// The entry files (`.cwasm`, `.seal`) of the component at `path`.
+fn entry_of(registry: &Registry, path: &str) -> (PathBuf, PathBuf) {
+    use sha2::{Digest, Sha256};
+    let content: String = Sha256::digest(std::fs::read(path).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let artifact = entries(registry)
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&content)
+        })
+        .expect("an entry for the component");
+    let seal = artifact.with_extension("seal");
+    (artifact, seal)
+}
+
+#[tokio::test]
+async fn an_artifact_copied_over_another_components_entry_is_not_run_for_it() {
+    let home = tempfile::tempdir().unwrap();
+    let new_registry = || Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    let registry = new_registry();
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    assert_eq!(depth_of(&registry, artifacts::CALL_TRACE).await, None);
+    let (a_artifact, a_seal) = entry_of(&registry, artifacts::AGENT_LINEAGE);
+    let (b_artifact, b_seal) = entry_of(&registry, artifacts::CALL_TRACE);
+
+    // B's artifact and seal, copied over A's entry, both verify by digest;
+    // the seal names B's entry, so A is compiled again and runs its own code.
+    std::fs::copy(&b_artifact, &a_artifact).unwrap();
+    std::fs::copy(&b_seal, &a_seal).unwrap();
+    let attacked = new_registry();
+    let component = attacked
+        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .unwrap();
+    let registration = attacked.register(component).await.unwrap();
+    assert_eq!(registration.name(), "agent-lineage");
+    let overlay = attacked.collect(&agent_call("c", "s")).await.unwrap();
+    assert_eq!(overlay.get("DSH_AGENT_DEPTH"), Some("0"));
+    assert_ne!(
+        std::fs::read(&a_artifact).unwrap(),
+        std::fs::read(&b_artifact).unwrap(),
+        "A's entry holds A's artifact again"
+    );
+}
+
+#[tokio::test]
+async fn a_cache_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let world_writable = std::fs::Permissions::from_mode(0o777);
+    // The cache directory itself, or the home it is in.
+    for shared in ["cache", "home"] {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        let cache = home.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let open = if shared == "cache" { &cache } else { &home };
+        std::fs::set_permissions(open, world_writable.clone()).unwrap();
+
+        let registry = Registry::new(DshHome::from_absolute(&home).unwrap()).unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                depth_of(&registry, artifacts::AGENT_LINEAGE)
+                    .await
+                    .as_deref(),
+                Some("0"),
+                "{shared}"
+            );
+        }
+        let written: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+        assert!(written.is_empty(), "{shared}: {written:?}");
+    }
+}

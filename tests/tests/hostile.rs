@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use dsh_env::sandbox::Grants;
 use dsh_env::{
-    ContributorError, DeclarationProblem, FailureCause, GuestFailure, HostLimits, Limits,
+    ContributorError, DeclarationProblem, DshHome, FailureCause, GuestFailure, HostLimits, Limits,
     LocalExecutor, OnError, OutputProblem, Overlay, Phase, Registry, RegistryError,
     ShellExecRequest,
 };
@@ -881,4 +881,117 @@ async fn git_context_with_a_fifo_head_does_not_hang() {
         .unwrap();
     assert!(started.elapsed() < BOUND);
     assert_eq!(overlay.get("DSH_GIT_BRANCH"), None);
+}
+
+/// A component whose one core function keeps `locals` i64 locals live across
+/// `depth` nested loops: 40-odd KB to write, while Cranelift's register
+/// allocation of it takes seconds and a growing amount of memory.
+fn compile_bomb(locals: usize, depth: usize) -> Vec<u8> {
+    let mut body = "(loop ".repeat(depth);
+    for i in 0..locals {
+        let next = (i + 1) % locals;
+        body += &format!("(local.set {i} (i64.add (local.get {i}) (local.get {next})))");
+    }
+    for level in 0..depth {
+        body += &format!("(br_if 0 (i64.eqz (local.get {})))) ", level % locals);
+    }
+    let declared = " i64".repeat(locals);
+    wat::parse_str(format!(
+        "(component (core module (func (local{declared}) {body})))"
+    ))
+    .unwrap()
+}
+
+/// Compiling is bounded in memory, CPU and wall time: each limit ends the
+/// compile helper and is named; a memory or CPU failure is remembered by
+/// digest, so the same bytes fail at once under the same limits (no helper
+/// runs), and are compiled again under higher ones.
+#[tokio::test]
+async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
+    let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let new_registry = || Registry::new(DshHome::from_absolute(home.path()).unwrap()).unwrap();
+    let registry = new_registry();
+    let path = dir.path().join("bomb.wasm");
+    let bytes = compile_bomb(3000, 1000);
+    std::fs::write(&path, &bytes).unwrap();
+    let load = |registry: &Registry, limits: &Limits| {
+        let started = Instant::now();
+        let err = registry.load_file_with(&path, limits).unwrap_err();
+        assert!(started.elapsed() < BOUND, "took {:?}", started.elapsed());
+        assert_eq!(err.origin, path.display().to_string());
+        err.to_string()
+    };
+    let markers = || {
+        std::fs::read_dir(registry.cache().dir())
+            .unwrap()
+            .filter(|e| {
+                let path = e.as_ref().unwrap().path();
+                path.extension().is_some_and(|e| e == "failed")
+            })
+            .count()
+    };
+
+    let small = Limits {
+        compile_memory_bytes: 256 << 20,
+        ..Limits::default()
+    };
+    let message = load(&registry, &small);
+    let reason = "compiling exceeded the compile memory limit of 256 MiB \
+                  (limits.compile_memory_mib)";
+    assert!(message.ends_with(reason), "{message}");
+    assert_eq!(markers(), 1);
+
+    // Remembered, across registries: no helper runs (this one has none).
+    let remembering = new_registry();
+    remembering.set_compiler("/nonexistent/dsh-env-compile");
+    let message = load(&remembering, &small);
+    assert!(
+        message.ends_with(&format!(
+            "{reason} (remembered; raise limits.compile_* to retry)"
+        )),
+        "{message}"
+    );
+
+    // Other bytes must be compiled, and this registry's helper is missing.
+    let err = remembering
+        .load_bytes("other", &compile_bomb(10, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("compile helper /nonexistent/dsh-env-compile") && err.contains("executable"),
+        "{err}"
+    );
+
+    // Higher limits compile it again, until another limit ends it. Running
+    // out of wall time is not remembered (it depends on the machine's load).
+    let short = Limits {
+        compile_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let frugal = Limits {
+        compile_cpu: Duration::from_millis(1000),
+        ..Limits::default()
+    };
+    for (limits, expected, remembered) in [
+        (
+            short,
+            "compile time limit of 1 s (limits.compile_timeout_ms)",
+            false,
+        ),
+        (
+            frugal,
+            "compile CPU limit of 1 s (limits.compile_cpu_ms)",
+            true,
+        ),
+    ] {
+        let message = load(&registry, &limits);
+        assert!(message.ends_with(expected), "{message}");
+        let again = load(&registry, &limits);
+        let said = again.ends_with("(remembered; raise limits.compile_* to retry)");
+        assert_eq!(said, remembered, "{again}");
+    }
+    assert_eq!(markers(), 1, "one record per component");
+
+    // The host is fine, and healthy components still compile and run.
+    assert_healthy(&new_registry()).await;
 }

@@ -5,10 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::ArtifactCache;
+use crate::cache::{ArtifactCache, engine_tag};
+use crate::compile::{Bounds, CompileError, Compiler};
 use crate::declaration::RawDeclaration;
 use crate::engine;
 use crate::execution::ToolExecution;
@@ -189,27 +190,32 @@ impl Sandbox {
         &self.engine
     }
 
-    /// Compiles `source` (or maps it from the cache) and checks that it
-    /// targets the contributor world.
+    /// Compiles `source` in the compile helper under `limits`' compile
+    /// limits (or maps it from the cache) and checks that it targets the
+    /// contributor world. The component carries `limits`.
     pub(crate) fn load(
         &self,
         origin: &str,
         source: Source<'_>,
         cache: &ArtifactCache,
+        compiler: &Compiler,
+        limits: &Limits,
     ) -> Result<ContributorComponent, LoadError> {
         let fail = |reason: String| LoadError {
             origin: origin.to_string(),
             reason,
         };
+        let bounds = Bounds::of(limits);
+        let tag = engine_tag(&self.engine);
         let compile = |bytes: &[u8]| {
             if !is_component(bytes) {
-                return Err(not_a_component(bytes).to_string());
+                return Err(CompileError::Failed(not_a_component(bytes).to_string()));
             }
-            Component::new(&self.engine, bytes).map_err(|e| format!("{e:#}"))
+            compiler.compile(bytes, &bounds, &tag)
         };
         let (component, content) = match source {
-            Source::File(path) => cache.load_file(&self.engine, path, compile),
-            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, compile),
+            Source::File(path) => cache.load_file(&self.engine, path, &bounds, compile),
+            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, compile),
         }
         .map_err(fail)?;
         let imports = component
@@ -228,7 +234,7 @@ impl Sandbox {
             content: content.into(),
             pre,
             config: Arc::default(),
-            limits: Limits::default(),
+            limits: limits.clone(),
             on_error: OnError::default(),
             imports,
             grants: Grants::default(),
