@@ -264,7 +264,10 @@ impl Compiler {
         if signal == Some(libc::SIGXCPU) || (signal == Some(libc::SIGKILL) && cpu_spent) {
             return Err(CompileError::Exceeded(bounds.exceeded(Limit::Cpu)));
         }
-        if code == Some(EXIT_OUT_OF_MEMORY) || (code != Some(0) && out_of_memory(&diagnostic)) {
+        // An invalid component's message is not searched: guest-chosen names
+        // can appear in it.
+        let crashed = !matches!(code, Some(0) | Some(EXIT_INVALID));
+        if code == Some(EXIT_OUT_OF_MEMORY) || (crashed && out_of_memory(&diagnostic)) {
             return Err(CompileError::Exceeded(bounds.exceeded(Limit::Memory)));
         }
         match (code, artifact) {

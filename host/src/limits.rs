@@ -58,9 +58,9 @@ impl Default for Limits {
             fuel: None,
             max_log_bytes: 4 << 10,
             max_handles: 64,
-            // The JS (12 MB) and Python (18 MB) examples need about 45 s of
-            // CPU and 510 MiB of address space here, and up to 130 s of wall
-            // time on a loaded 2-core machine.
+            // Measured here (2 cores, loaded): the JS (12 MB) and Python
+            // (18 MB) examples took 37-48 s of CPU, 430-510 MiB of address
+            // space, and 50-132 s of wall time.
             compile_timeout: Duration::from_secs(300),
             compile_cpu: Duration::from_secs(120),
             compile_memory_bytes: 2 << 30,

@@ -199,7 +199,9 @@ impl Manifest {
     }
 }
 
-/// The least address space the compile helper may be given, in MiB.
+/// The least address space the compile helper may be given, in MiB: the
+/// helper alone maps about 150 MiB (a debug build), so nothing compiles below
+/// this; a limit a little above it still fails cleanly, naming the limit.
 const MIN_COMPILE_MEMORY_MIB: usize = 64;
 
 /// The most address space the compile helper may be given, in MiB (1 TiB:
@@ -265,7 +267,6 @@ impl ContributorEntry {
             }
         }
         if let Some(mib) = spec.compile_memory_mib {
-            // Below this the compiler's own engine does not start.
             if !(MIN_COMPILE_MEMORY_MIB..=MAX_COMPILE_MEMORY_MIB).contains(&mib) {
                 return Err(format!(
                     "limits.compile_memory_mib must be from {MIN_COMPILE_MEMORY_MIB} to {MAX_COMPILE_MEMORY_MIB}"
