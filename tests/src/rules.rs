@@ -28,7 +28,7 @@ fn line_ok(text: &str, max: usize) -> bool {
 
 /// Whether `name` is dsh-env's own (trimmed, any ASCII case).
 pub fn name_is_reserved(name: &str) -> bool {
-    name.trim().to_ascii_lowercase() == "dsh-env"
+    name.trim().eq_ignore_ascii_case("dsh-env")
 }
 
 /// The value rule: no control character but TAB (C0 but HT, DEL, C1).
