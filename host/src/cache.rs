@@ -129,7 +129,8 @@ impl ArtifactCache {
         {
             return Ok((component, content));
         }
-        let bytes = fs::read(path).map_err(|e| e.to_string())?;
+        let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
+            .map_err(|e| e.problem.to_string())?;
         let (component, content) = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias

@@ -4,8 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::input::{control_character, describe_control};
 use crate::key::{DshKey, KeyError};
 use crate::limits::Limits;
+use crate::registry::BUILTIN_OWNER;
 
 /// A declaration as a contributor gave it, not yet checked.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +43,9 @@ pub enum DeclarationProblem {
     /// The name holds control characters or is too long.
     #[error("the name must be at most 128 bytes with no control characters")]
     MalformedName,
+    /// The name is dsh-env's own, the owner shown for the built-in keys.
+    #[error("the name `{BUILTIN_OWNER}` is reserved for dsh-env's built-in keys")]
+    ReservedName,
     /// Another contributor has this name.
     #[error("a contributor with this name is already registered")]
     DuplicateName,
@@ -127,6 +132,9 @@ impl Declaration {
             fail(None, DeclarationProblem::BlankName);
         } else if raw.name.len() > 128 || raw.name.chars().any(char::is_control) {
             fail(None, DeclarationProblem::MalformedName);
+        } else if raw.name.trim().eq_ignore_ascii_case(BUILTIN_OWNER) {
+            // Listed as the owner of its keys, it would pass for a built-in.
+            fail(None, DeclarationProblem::ReservedName);
         }
         if raw.keys.len() > limits.max_keys {
             let (count, cap) = (raw.keys.len(), limits.max_keys);
@@ -185,9 +193,16 @@ pub enum OutputProblem {
     /// A key returned twice.
     #[error("returned key `{}` twice", .0.escape_debug())]
     DuplicateKey(String),
-    /// A value that cannot be an environment string.
-    #[error("value of `{}` contains a NUL byte", .0.escape_debug())]
-    NulInValue(String),
+    /// A value with a control character (any but TAB; see
+    /// [`crate::input::control_character`]): it could forge an output line
+    /// or cut an environment string.
+    #[error("value of `{}` holds control character {}", .key.escape_debug(), describe_control(*.character))]
+    ControlInValue {
+        /// The key.
+        key: String,
+        /// The first control character found.
+        character: char,
+    },
     /// A value over the per-value cap.
     #[error("value of `{}` is {len} bytes, over the cap of {cap}", .key.escape_debug())]
     ValueTooLarge {
@@ -239,16 +254,7 @@ impl Declaration {
             if !seen.insert(declared) {
                 return Err(OutputProblem::DuplicateKey(key));
             }
-            if value.contains('\0') {
-                return Err(OutputProblem::NulInValue(key));
-            }
-            if value.len() > limits.max_value_bytes {
-                return Err(OutputProblem::ValueTooLarge {
-                    key,
-                    len: value.len(),
-                    cap: limits.max_value_bytes,
-                });
-            }
+            check_value(&key, &value, limits.max_value_bytes)?;
             checked.push((declared.clone(), value));
         }
         let total: usize = checked
@@ -263,4 +269,23 @@ impl Declaration {
         }
         Ok(checked)
     }
+}
+
+/// The rules for one value, whoever sets it: no control character but TAB,
+/// and at most `max_bytes`.
+pub fn check_value(key: &str, value: &str, max_bytes: usize) -> Result<(), OutputProblem> {
+    if let Some(character) = control_character(value) {
+        return Err(OutputProblem::ControlInValue {
+            key: key.to_string(),
+            character,
+        });
+    }
+    if value.len() > max_bytes {
+        return Err(OutputProblem::ValueTooLarge {
+            key: key.to_string(),
+            len: value.len(),
+            cap: max_bytes,
+        });
+    }
+    Ok(())
 }

@@ -1,5 +1,7 @@
 //! The facts of one tool execution, as the host sees them.
 
+use crate::input::{control_character, describe_control};
+
 /// Whether the caller waits for the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -67,8 +69,20 @@ impl ToolExecution {
 
 /// Why an execution JSON document was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid execution JSON: {0}")]
-pub struct ExecutionJsonError(#[from] serde_json::Error);
+pub enum ExecutionJsonError {
+    /// Not JSON, or not the expected shape.
+    #[error("invalid execution JSON: {0}")]
+    Syntax(#[from] serde_json::Error),
+    /// A text field holds a control character (any but TAB, as for values):
+    /// these fields reach `DSH_*` values, guests and output lines.
+    #[error("invalid execution JSON: field `{field}` holds control character {}", describe_control(*.character))]
+    ControlCharacter {
+        /// The field, as a JSON path (`agent.session.header.id`).
+        field: &'static str,
+        /// The first control character found.
+        character: char,
+    },
+}
 
 /// The reference harness's `ToolExecution` JSON shape. Only the fields below
 /// are read; `arguments` (including any `env` or `stdin` in it) never reaches
@@ -111,6 +125,23 @@ impl ToolExecution {
     /// "agent": {"session": {"header": {"id", "cwd", "parentId"?}}, "depth"?}}`.
     pub fn from_json(text: &str) -> Result<Self, ExecutionJsonError> {
         let json: ExecutionJson = serde_json::from_str(text)?;
+        let header = json.agent.as_ref().map(|agent| &agent.session.header);
+        let fields = [
+            ("callId", Some(&json.call_id)),
+            ("rootCallId", json.root_call_id.as_ref()),
+            ("name", Some(&json.name)),
+            ("agent.session.header.id", header.map(|h| &h.id)),
+            ("agent.session.header.cwd", header.map(|h| &h.cwd)),
+            (
+                "agent.session.header.parentId",
+                header.and_then(|h| h.parent_id.as_ref()),
+            ),
+        ];
+        for (field, value) in fields {
+            if let Some(character) = value.and_then(|v| control_character(v)) {
+                return Err(ExecutionJsonError::ControlCharacter { field, character });
+            }
+        }
         Ok(ToolExecution {
             root_call_id: json.root_call_id.unwrap_or_else(|| json.call_id.clone()),
             call_id: json.call_id,
@@ -162,6 +193,66 @@ mod tests {
     fn minimal_execution_has_no_agent_and_is_its_own_root() {
         let execution = ToolExecution::from_json(r#"{"callId":"c","name":"bash"}"#).unwrap();
         assert_eq!(execution, ToolExecution::new("c", "bash"));
+    }
+
+    #[test]
+    fn control_characters_are_refused_naming_the_field() {
+        let doc = |call: &str, header: &str| {
+            format!(
+                r#"{{"callId":{call},"rootCallId":"r","name":"bash","agent":{{"session":{{"header":{header}}}}}}}"#
+            )
+        };
+        let cases = [
+            (
+                doc(r#""c\n""#, r#"{"id":"s","cwd":"/"}"#),
+                "callId",
+                r"`\n` (U+000A)",
+            ),
+            (
+                doc(r#""c""#, r#"{"id":"s\nDSH_HOME=/evil","cwd":"/"}"#),
+                "agent.session.header.id",
+                r"`\n` (U+000A)",
+            ),
+            (
+                doc(r#""c""#, r#"{"id":"s\u0000","cwd":"/"}"#),
+                "agent.session.header.id",
+                r"`\0` (U+0000)",
+            ),
+            (
+                doc(r#""c""#, r#"{"id":"s","cwd":"/\r"}"#),
+                "agent.session.header.cwd",
+                r"`\r` (U+000D)",
+            ),
+            (
+                doc(r#""c""#, r#"{"id":"s","cwd":"/","parentId":"p\u001b"}"#),
+                "agent.session.header.parentId",
+                r"`\u{1b}` (U+001B)",
+            ),
+        ];
+        for (text, field, shown) in cases {
+            let message = ToolExecution::from_json(&text).unwrap_err().to_string();
+            assert_eq!(
+                message,
+                format!("invalid execution JSON: field `{field}` holds control character {shown}")
+            );
+        }
+        let root = r#"{"callId":"c","rootCallId":"r\u0085","name":"bash"}"#;
+        let err = ToolExecution::from_json(root).unwrap_err();
+        assert!(matches!(
+            err,
+            ExecutionJsonError::ControlCharacter {
+                field: "rootCallId",
+                character: '\u{85}'
+            }
+        ));
+        let tool = r#"{"callId":"c","name":"ba\u007fsh"}"#;
+        let err = ToolExecution::from_json(tool).unwrap_err();
+        assert!(matches!(
+            err,
+            ExecutionJsonError::ControlCharacter { field: "name", .. }
+        ));
+        let tab = r#"{"callId":"c\td","name":"bash"}"#;
+        assert_eq!(ToolExecution::from_json(tab).unwrap().call_id, "c\td");
     }
 
     #[test]

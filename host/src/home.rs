@@ -2,6 +2,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::input::{control_character, describe_control, escape_controls};
+
 /// One explicitly supplied home, with where it came from (for errors).
 #[derive(Debug, Clone)]
 pub struct HomeSetting {
@@ -38,6 +40,15 @@ pub enum HomeError {
     /// The resolved path cannot be an environment value.
     #[error("home {0} is not valid UTF-8")]
     NotUtf8(String),
+    /// The resolved path holds a control character, which `DSH_HOME` may
+    /// not (the value rule of [`crate::input::control_character`]).
+    #[error("home {} holds control character {}", escape_controls(.path), describe_control(*.character))]
+    ControlCharacter {
+        /// The path.
+        path: String,
+        /// The first control character found.
+        character: char,
+    },
 }
 
 /// An absolute harness home directory.
@@ -110,9 +121,16 @@ impl DshHome {
             },
         };
         let path = normalize(&path);
-        path.to_str()
-            .map(|s| DshHome(s.to_string()))
-            .ok_or_else(|| HomeError::NotUtf8(path.display().to_string()))
+        let text = path
+            .to_str()
+            .ok_or_else(|| HomeError::NotUtf8(path.display().to_string()))?;
+        if let Some(character) = control_character(text) {
+            return Err(HomeError::ControlCharacter {
+                path: text.to_string(),
+                character,
+            });
+        }
+        Ok(DshHome(text.to_string()))
     }
 
     /// An already absolute directory, taken as it is (e.g. a test's temp dir).
@@ -244,6 +262,11 @@ mod tests {
             HomeError::Blank {
                 origin: "--home".into()
             }
+        );
+        let forged = DshHome::resolve(&[setting("--home", "/h\nDSH_HOME=/evil")], &context(None));
+        assert_eq!(
+            forged.unwrap_err().to_string(),
+            r"home /h\nDSH_HOME=/evil holds control character `\n` (U+000A)"
         );
         let no_user = HomeContext {
             user_home: None,

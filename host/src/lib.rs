@@ -16,6 +16,7 @@ pub mod executor;
 mod guest_output;
 pub mod home;
 pub mod hooks;
+pub mod input;
 pub mod key;
 pub mod limits;
 pub mod manifest;
@@ -30,7 +31,7 @@ pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
 pub use execution::{Agent, Mode, ToolExecution};
-pub use executor::{ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
+pub use executor::{ExecError, ExecOutput, LocalExecutor, ScrubPolicy, ShellExecRequest};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
 pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::{HostLimits, Limits};

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::input::{FileError, MAX_MANIFEST_BYTES, read_regular_text};
 use crate::limits::Limits;
 
 /// What happens to an execution when a contributor fails.
@@ -133,14 +134,10 @@ pub enum CwdGrant {
 /// Why a manifest could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    /// The file could not be read.
-    #[error("cannot read manifest {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// The file could not be read: missing, not a regular file, over
+    /// [`MAX_MANIFEST_BYTES`], or not UTF-8.
+    #[error("cannot read manifest {0}")]
+    Read(#[source] FileError),
     /// The TOML is malformed or has unknown fields.
     #[error("invalid manifest {path}: {message}")]
     Parse {
@@ -164,10 +161,7 @@ pub enum ManifestError {
 impl Manifest {
     /// Reads and parses the manifest at `path`.
     pub fn from_file(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = read_regular_text(path, MAX_MANIFEST_BYTES).map_err(ManifestError::Read)?;
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(&text, &path.display().to_string(), base_dir)
     }

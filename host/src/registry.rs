@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::cache::ArtifactCache;
 use crate::compile::Compiler;
 use crate::declaration::{
-    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
+    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
@@ -577,16 +577,23 @@ impl Registry {
         let mut omitted = Vec::new();
         let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
+        // Built-in values obey the value rule too: a Rust caller can build a
+        // `ToolExecution` whose session id holds a newline.
         let mut builtin = |key: &str, value: &str| {
-            overlay.insert(
-                DshKey::new(key).expect("built-in keys are valid"),
-                value.to_string(),
-            );
+            check_value(key, value, usize::MAX).map_err(|problem| ContributorError {
+                contributor: BUILTIN_OWNER.to_string(),
+                phase: Phase::Resolve,
+                cause: problem.into(),
+                keys: KeysNote::default(),
+            })?;
+            let key = DshKey::new(key).expect("built-in keys are valid");
+            overlay.insert(key, value.to_string());
+            Ok::<(), ContributorError>(())
         };
-        builtin(DSH_HOME, self.inner.home.as_str());
-        builtin(DSH_SHELL, "1");
+        builtin(DSH_HOME, self.inner.home.as_str())?;
+        builtin(DSH_SHELL, "1")?;
         if let Some(agent) = &execution.agent {
-            builtin(DSH_SESSION_ID, &agent.session_id);
+            builtin(DSH_SESSION_ID, &agent.session_id)?;
         }
         // Converted for the guests once, when the first one needs it.
         let mut call = None;

@@ -1,12 +1,18 @@
 //! Black-box tests of the `dsh-env` binary: every subcommand, real
 //! components, real processes.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, PUPPET};
+use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT, PUPPET};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_dsh-env");
+
+/// A command that may hang without the fix must end within this; a hang
+/// fails the test instead of hanging it.
+const BOUND: Duration = Duration::from_secs(15);
 
 /// A temporary home, manifest and execution file.
 struct Fixture {
@@ -46,17 +52,30 @@ impl Fixture {
     }
 
     /// `dsh-env <args>` with a clean, known environment plus `env`.
-    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        Command::new(BINARY)
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(BINARY);
+        command
             .args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.dir.path())
             .envs(env.iter().copied())
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .current_dir(self.dir.path());
+        command
+    }
+
+    /// `dsh-env <args>` with a clean, known environment plus `env`.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        output_within(self.command(args, env), Stdio::null(), None)
+    }
+
+    /// A FIFO named `name`, with no writer: opening it for reading blocks.
+    fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.path(name);
+        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo(3) reads the NUL-terminated path and nothing else.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        path
     }
 
     fn with_setup<'a>(
@@ -66,6 +85,41 @@ impl Fixture {
         home: &'a str,
     ) -> Vec<&'a str> {
         vec![command, "--manifest", manifest, "--home", home]
+    }
+}
+
+/// Runs `command` to its end with `stdin` (and `input` written to it, if
+/// given), capturing its output; kills it and fails the test if it takes
+/// longer than [`BOUND`].
+fn output_within(mut command: Command, stdin: Stdio, input: Option<Vec<u8>>) -> Output {
+    let stdin = if input.is_some() {
+        Stdio::piped()
+    } else {
+        stdin
+    };
+    let mut child = command
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = input {
+        let mut pipe = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            // A child that exits early closes the pipe; the assertions say why.
+            let _ = pipe.write_all(&bytes);
+        });
+    }
+    let pid = child.id() as i32;
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(child.wait_with_output()));
+    match receiver.recv_timeout(BOUND) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid; it reads no memory.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{command:?} did not finish within {BOUND:?}");
+        }
     }
 }
 
@@ -188,15 +242,27 @@ fn run_gives_the_child_exactly_the_promised_environment() {
         ("dsh_lower", "y"),
         ("MY_API_TOKEN", "z"),
         ("TERM", "xterm-256color"),
+        ("DATABASE_URL", "postgres://user:pw@host/db"),
+        ("MYSQL_PWD", "p"),
+        ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+        ("TOKENIZERS_PARALLELISM", "false"),
     ];
     let output = f.run(&args, &parent_env);
     assert!(output.status.success(), "{}", stderr(&output));
     let seen = stdout(&output);
     let vars: Vec<(&str, &str)> = seen.lines().filter_map(|l| l.split_once('=')).collect();
     let get = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
-    for gone in ["DSH_STALE", "dsh_lower", "MY_API_TOKEN"] {
+    for gone in [
+        "DSH_STALE",
+        "dsh_lower",
+        "MY_API_TOKEN",
+        "DATABASE_URL",
+        "MYSQL_PWD",
+    ] {
         assert_eq!(get(gone), None, "{gone} leaked into the child");
     }
+    assert_eq!(get("SSH_AUTH_SOCK"), Some("/tmp/agent.sock"));
+    assert_eq!(get("TOKENIZERS_PARALLELISM"), Some("false"));
     assert!(get("PATH").is_some());
     assert_eq!(get("TERM"), Some("dumb"));
     assert_eq!(get("NO_COLOR"), Some("1"));
@@ -305,6 +371,13 @@ fn explain_names_scrubbed_variables_but_never_their_values() {
         &[
             ("DSH_STALE", "stale-value"),
             ("MY_API_TOKEN", "secret-value"),
+            ("MYSQL_PWD", "secret-pwd"),
+            ("PGPASSWORD", "secret-pg"),
+            ("DATABASE_URL", "postgres://user:secret-url@host/db"),
+            ("EVIL\nNAME_TOKEN", "secret-evil"),
+            ("HTTPS_PROXY", "http://proxy:3128"),
+            ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+            ("KEYBOARD", "us"),
         ],
     );
     assert!(output.status.success(), "{}", stderr(&output));
@@ -313,23 +386,32 @@ fn explain_names_scrubbed_variables_but_never_their_values() {
         text.contains("DSH_AGENT_DEPTH=1  (agent-lineage:"),
         "{text}"
     );
+    for line in [
+        "  DSH_STALE: managed DSH_* namespace: only the overlay sets it\n",
+        "  MY_API_TOKEN: name part `TOKEN`\n",
+        "  MYSQL_PWD: name part `PWD`\n",
+        "  PGPASSWORD: known credential name\n",
+        "  DATABASE_URL: password in a URL value\n",
+        // A name is shown escaped: it cannot start a line of its own.
+        "  EVIL\\nNAME_TOKEN: name part `TOKEN`\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    for kept in ["HTTPS_PROXY", "SSH_AUTH_SOCK", "KEYBOARD"] {
+        assert!(!text.contains(kept), "{kept} is not scrubbed: {text}");
+    }
     assert!(
-        text.contains("DSH_STALE: managed DSH_* namespace"),
+        !text.contains("secret") && !text.contains("stale-value"),
         "{text}"
     );
-    assert!(
-        text.contains("MY_API_TOKEN: credential-shaped name"),
-        "{text}"
-    );
-    assert!(
-        !text.contains("stale-value") && !text.contains("secret-value"),
-        "{text}"
-    );
+    assert!(!text.lines().any(|l| l.starts_with("NAME_TOKEN")), "{text}");
     args.push("--json");
     let report = json(&f.run(&args, &[("MY_API_TOKEN", "secret-value")]));
     assert_eq!(
         report["scrubbed"],
-        serde_json::json!([{"name": "MY_API_TOKEN", "reason": "credential-shaped"}])
+        serde_json::json!([
+            {"name": "MY_API_TOKEN", "rule": "name-part", "reason": "name part `TOKEN`"}
+        ])
     );
 }
 
@@ -417,4 +499,255 @@ fn every_subcommand_has_help() {
         assert!(output.status.success(), "{sub}");
         assert!(stdout(&output).contains("Usage: dsh-env"), "{sub}");
     }
+}
+
+#[test]
+fn paths_that_are_not_regular_files_fail_at_once_naming_the_file() {
+    let f = Fixture::new();
+    let home = f.home();
+    let fifo = f.fifo("fifo");
+    let fifo = fifo.to_str().unwrap();
+
+    let output = f.run(&["check", fifo], &[]);
+    assert_config_error(&output, &[fifo, "is a FIFO, not a regular file"]);
+    let output = f.run(&["check", "/dev/zero"], &[]);
+    assert_config_error(&output, &["/dev/zero", "is a character device"]);
+    let dir = f.dir.path().to_str().unwrap();
+    let output = f.run(&["check", dir], &[]);
+    assert_config_error(&output, &[dir, "is a directory"]);
+
+    let output = f.run(&["list", "--manifest", fifo, "--home", &home], &[]);
+    assert_config_error(&output, &["cannot read manifest", fifo, "is a FIFO"]);
+    let output = f.run(&["list", "--manifest", "/dev/zero", "--home", &home], &[]);
+    assert_config_error(
+        &output,
+        &["cannot read manifest /dev/zero", "character device"],
+    );
+
+    let entry = f.write("entry.toml", &format!("[[contributor]]\npath = {fifo:?}\n"));
+    let output = f.run(
+        &[
+            "list",
+            "--manifest",
+            entry.to_str().unwrap(),
+            "--home",
+            &home,
+        ],
+        &[],
+    );
+    assert_config_error(
+        &output,
+        &["cannot load contributor component", fifo, "is a FIFO"],
+    );
+
+    let output = f.run(&["resolve", "--home", &home, "--execution", fifo], &[]);
+    assert_config_error(&output, &["cannot read execution", fifo, "is a FIFO"]);
+    let output = f.run(
+        &["resolve", "--home", &home, "--execution", "/dev/zero"],
+        &[],
+    );
+    assert_config_error(&output, &["/dev/zero", "is a character device"]);
+}
+
+#[test]
+fn inputs_over_their_size_limit_are_refused_naming_the_limit() {
+    let f = Fixture::new();
+    let home = f.home();
+    // Stdin may be a pipe, but it is read through the same cap.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let output = output_within(
+        f.command(&["resolve", "--home", &home, "--execution", "-"], &[]),
+        Stdio::from(zero),
+        None,
+    );
+    assert_config_error(&output, &["from stdin", "over the 1048576-byte limit"]);
+
+    let big = f.write("big.toml", &format!("# {}\n", "x".repeat(1 << 20)));
+    let output = f.run(
+        &["list", "--manifest", big.to_str().unwrap(), "--home", &home],
+        &[],
+    );
+    assert_config_error(&output, &["big.toml", "over the 1048576-byte limit"]);
+    let big = f.write("big.json", &" ".repeat((1 << 20) + 1));
+    let output = f.run(
+        &[
+            "resolve",
+            "--home",
+            &home,
+            "--execution",
+            big.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_config_error(&output, &["big.json", "over the 1048576-byte limit"]);
+}
+
+#[test]
+fn a_session_id_with_a_control_character_is_refused_and_forges_no_line() {
+    let f = Fixture::new();
+    let home = f.home();
+    for (id, shown) in [(r"s1\nDSH_HOME=/evil", r"`\n`"), (r"s1\u0000", r"`\0`")] {
+        let execution = f.write(
+            "forged.json",
+            &format!(
+                r#"{{"callId":"c1","name":"bash","agent":{{"session":{{"header":{{"id":"{id}","cwd":"/tmp"}}}}}}}}"#
+            ),
+        );
+        let output = f.run(
+            &[
+                "resolve",
+                "--home",
+                &home,
+                "--execution",
+                execution.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_config_error(
+            &output,
+            &[
+                "forged.json",
+                "field `agent.session.header.id`",
+                "control character",
+                shown,
+            ],
+        );
+        assert_eq!(stdout(&output), "");
+    }
+    let output = f.run(&["resolve", "--home", "/tmp/h\nDSH_HOME=/evil"], &[]);
+    assert_config_error(&output, &[r"/tmp/h\nDSH_HOME=/evil", "control character"]);
+    assert!(!stdout(&output).lines().any(|l| l == "DSH_HOME=/evil"));
+}
+
+#[test]
+fn a_contributor_value_with_a_newline_forges_no_line() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "forger.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"forger\"\nkeys = \"DSH_OUT=o\"\npairs = \"DSH_OUT=x\\\\nDSH_HOME=/evil\"\n"
+        ),
+    );
+    let args = f.with_setup("resolve", manifest.to_str().unwrap(), "home");
+    let output = f.run(&args, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(!stdout(&output).lines().any(|l| l == "DSH_HOME=/evil"));
+    let err = stderr(&output);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("contributor `forger`")
+            && err.contains("value of `DSH_OUT` holds control character `\\n` (U+000A)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_escapes_what_the_guest_declared_and_json_stays_exact() {
+    let f = Fixture::new();
+    let config = [
+        "--config",
+        "name=bad\nname",
+        "--config",
+        "keys=DSH_A=one\rtwo",
+    ];
+    let mut args = vec!["check", PUPPET];
+    args.extend(config);
+    let output = f.run(&args, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains(r"contributor `bad\nname`"), "{text}");
+    assert!(text.contains(r"DSH_A: one\rtwo"), "{text}");
+    assert!(
+        !text.contains('\r') && !text.lines().any(|l| l.starts_with("name`")),
+        "{text}"
+    );
+    args.push("--json");
+    let report = json(&f.run(&args, &[]));
+    assert_eq!(report["name"], "bad\nname");
+    assert_eq!(report["keys"][0]["description"], "one\rtwo");
+}
+
+#[test]
+fn the_cli_exits_when_a_guest_is_stuck_on_a_fifo() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.path("repo/.git")).unwrap();
+    f.fifo("repo/.git/HEAD");
+    let manifest = f.write(
+        "git.toml",
+        &format!("[[contributor]]\npath = {GIT_CONTEXT:?}\n[contributor.grants]\ncwd = \"read\"\n"),
+    );
+    let cwd = f.path("repo").display().to_string();
+    let execution = f.write(
+        "repo.json",
+        &serde_json::json!({"callId": "c1", "name": "bash",
+            "agent": {"session": {"header": {"id": "s1", "cwd": cwd}}}})
+        .to_string(),
+    );
+    let mut args = f.with_setup("resolve", manifest.to_str().unwrap(), "home");
+    args.extend(["--execution", execution.to_str().unwrap()]);
+    // Without the fix the guest's `open` blocks a runtime thread for good,
+    // and the process never exits: `output_within` fails the test then.
+    let output = f.run(&args, &[]);
+    let err = stderr(&output);
+    match output.status.code() {
+        Some(0) => assert!(stdout(&output).contains("DSH_SESSION_ID=s1"), "{err}"),
+        Some(1) => {
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("contributor `git-context`"), "{err}");
+        }
+        other => panic!("exit {other:?}: {err}"),
+    }
+}
+
+#[test]
+fn serve_answers_bad_lines_and_keeps_serving() {
+    let f = Fixture::new();
+    let fifo = f.fifo("fifo");
+    let mut input = Vec::new();
+    input.extend_from_slice(b"\xff\xfe{\"jsonrpc\":\"2.0\"}\n");
+    input.extend(std::iter::repeat_n(b'x', (4 << 20) + 1));
+    input.push(b'\n');
+    input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"list\"}\n");
+    let register = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "register",
+        "params": {"path": fifo}});
+    input.extend_from_slice(format!("{register}\n").as_bytes());
+    input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"list\"}\n");
+    let output = output_within(
+        f.command(&["serve", "--home", &f.home()], &[]),
+        Stdio::null(),
+        Some(input),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let answers: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert_eq!(answers[0]["id"], serde_json::Value::Null);
+    assert_eq!(answers[0]["error"]["code"], -32700);
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not UTF-8")
+    );
+    assert_eq!(answers[1]["id"], serde_json::Value::Null);
+    assert!(
+        answers[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the 4194304-byte limit"),
+        "{}",
+        answers[1]
+    );
+    assert_eq!(answers[2]["id"], 1);
+    assert!(answers[2]["result"].as_array().unwrap().len() >= 3);
+    assert_eq!(answers[3]["id"], 2);
+    let refused = answers[3]["error"]["message"].as_str().unwrap();
+    assert!(
+        refused.contains("is a FIFO") && refused.contains(fifo.to_str().unwrap()),
+        "{refused}"
+    );
+    assert_eq!(answers[4]["id"], 3);
+    assert!(answers[4]["result"].is_array());
 }

@@ -26,6 +26,18 @@ fn line_ok(text: &str, max: usize) -> bool {
     !text.trim().is_empty() && text.len() <= max && !text.chars().any(char::is_control)
 }
 
+/// Whether `name` is dsh-env's own (trimmed, any ASCII case).
+pub fn name_is_reserved(name: &str) -> bool {
+    name.trim().eq_ignore_ascii_case("dsh-env")
+}
+
+/// The value rule: no control character but TAB (C0 but HT, DEL, C1).
+pub fn text_is_clean(text: &str) -> bool {
+    !text
+        .chars()
+        .any(|c| matches!(c, '\0'..='\u{8}' | '\n'..='\u{1f}' | '\u{7f}'..='\u{9f}'))
+}
+
 /// Whether a declaration breaks no rule (alone, not against other contributors).
 pub fn declaration_is_sound(raw: &RawDeclaration, limits: &Limits) -> bool {
     let unique = raw
@@ -36,6 +48,7 @@ pub fn declaration_is_sound(raw: &RawDeclaration, limits: &Limits) -> bool {
         .len()
         == raw.keys.len();
     line_ok(&raw.name, 128)
+        && !name_is_reserved(&raw.name)
         && raw.keys.len() <= limits.max_keys
         && unique
         && raw.keys.iter().all(|(key, description)| {
@@ -55,6 +68,6 @@ pub fn output_is_sound(
         && total <= limits.max_output_bytes
         && unique
         && pairs.iter().all(|(k, v)| {
-            declared.contains(k.as_str()) && !v.contains('\0') && v.len() <= limits.max_value_bytes
+            declared.contains(k.as_str()) && text_is_clean(v) && v.len() <= limits.max_value_bytes
         })
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use dsh_env::{ExecError, LocalExecutor, Overlay, ShellExecRequest};
+use dsh_env::{ExecError, LocalExecutor, Overlay, ScrubPolicy, ShellExecRequest};
 use dsh_env_tests::{agent_call, registry};
 
 async fn overlay() -> Overlay {
@@ -48,6 +48,22 @@ async fn a_managed_name_in_env_is_refused_before_spawn() {
         "{err}"
     );
     assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn the_request_carries_its_scrub_policy() {
+    // HOME is inherited by every test process and matches no credential rule.
+    assert!(std::env::var_os("HOME").is_some());
+    let command = r#"printf "%s" "${HOME-unset}""#;
+    let kept = LocalExecutor
+        .run(request(command, overlay().await))
+        .await
+        .unwrap();
+    assert_ne!(kept.stdout, b"unset");
+    let mut req = request(command, overlay().await);
+    req.scrub = ScrubPolicy::also_scrubbing(["home"]);
+    let scrubbed = LocalExecutor.run(req).await.unwrap();
+    assert_eq!(String::from_utf8(scrubbed.stdout).unwrap(), "unset");
 }
 
 #[tokio::test]

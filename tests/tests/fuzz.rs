@@ -29,7 +29,9 @@ use dsh_env::{
     Declaration, DshHome, DshKey, Limits, Manifest, OutputProblem, RESERVED_KEYS, RawDeclaration,
     Registry, ToolExecution,
 };
-use dsh_env_tests::rules::{declaration_is_sound, key_is_reserved, key_is_valid, output_is_sound};
+use dsh_env_tests::rules::{
+    declaration_is_sound, key_is_reserved, key_is_valid, output_is_sound, text_is_clean,
+};
 use dsh_env_tests::{agent_call, artifacts};
 
 // ---------------------------------------------------------------------------
@@ -952,7 +954,7 @@ fn check_output(declaration: &Declaration, pairs: &[(String, String)], limits: &
                     "{key}"
                 );
                 assert!(declared.contains(key.as_str()), "undeclared {key} accepted");
-                assert!(!value.contains('\0'), "NUL accepted in {key}");
+                assert!(text_is_clean(value), "control character accepted in {key}");
                 assert!(value.len() <= limits.max_value_bytes);
                 assert!(seen.insert(key.clone()), "{key} accepted twice");
             }
@@ -960,8 +962,8 @@ fn check_output(declaration: &Declaration, pairs: &[(String, String)], limits: &
         Err(problem) => {
             let named = match &problem {
                 OutputProblem::UndeclaredKey(k) | OutputProblem::DuplicateKey(k) => Some(k),
-                OutputProblem::NulInValue(k) => Some(k),
-                OutputProblem::ValueTooLarge { key, .. } => Some(key),
+                OutputProblem::ControlInValue { key, .. }
+                | OutputProblem::ValueTooLarge { key, .. } => Some(key),
                 _ => None,
             };
             if let Some(key) = named {
@@ -1199,6 +1201,21 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     fields.rotate_left(turn);
     let ws = *rng.pick(&["", " ", "\n\t "]);
     let doc = format!("{ws}{{{ws}{}{ws}}}{ws}", fields.join(&format!(",{ws}")));
+    // Text fields with a control character (but TAB) are refused.
+    let texts = [&call_id, &root_call_id, &tool];
+    let agent_texts = agent.iter().flat_map(|a| {
+        [
+            Some(&a.session_id),
+            Some(&a.cwd),
+            a.parent_session_id.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+    });
+    clean &= texts
+        .into_iter()
+        .chain(agent_texts)
+        .all(|t| text_is_clean(t));
     let expected = clean.then_some(ToolExecution {
         call_id,
         root_call_id,

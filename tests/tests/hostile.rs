@@ -300,19 +300,47 @@ async fn undeclared_reserved_and_lowercase_keys_at_runtime_are_refused() {
 }
 
 #[tokio::test]
-async fn a_nul_in_a_value_is_refused() {
+async fn a_control_character_in_a_value_is_refused_naming_key_and_character() {
     let registry = registry();
+    // `\n` could forge a `DSH_HOME=/evil` line in `dsh-env resolve`; `\r`
+    // could overwrite one on a terminal; `\0` would cut the environment string.
+    for (value, character) in [
+        ("x\\nDSH_HOME=/evil", '\n'),
+        ("x\\rDSH_HOME=/evil", '\r'),
+        ("a\\0b", '\0'),
+    ] {
+        let pairs = format!("DSH_OUT={value}");
+        let config = [
+            ("name", "hostile"),
+            ("keys", "DSH_OUT=o"),
+            ("pairs", &pairs),
+        ];
+        let hostile = registry.register(puppet(&registry, &config)).await.unwrap();
+        let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
+        assert_eq!(
+            err.cause,
+            FailureCause::Output(OutputProblem::ControlInValue {
+                key: "DSH_OUT".into(),
+                character
+            })
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("contributor `hostile`") && message.contains("value of `DSH_OUT`"),
+            "{message}"
+        );
+        assert_eq!(message.lines().count(), 1, "{message}");
+        drop(hostile);
+    }
+    // A TAB breaks no line: it is kept.
     let config = [
-        ("name", "hostile"),
+        ("name", "tabs"),
         ("keys", "DSH_OUT=o"),
-        ("pairs", "DSH_OUT=a\\0b"),
+        ("pairs", "DSH_OUT=a\\tb"),
     ];
-    let _hostile = registry.register(puppet(&registry, &config)).await.unwrap();
-    let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
-    assert_eq!(
-        err.cause,
-        FailureCause::Output(OutputProblem::NulInValue("DSH_OUT".into()))
-    );
+    let _tabs = registry.register(puppet(&registry, &config)).await.unwrap();
+    let overlay = registry.collect(&agent_call("c2", "s")).await.unwrap();
+    assert_eq!(overlay.get("DSH_OUT"), Some("a\tb"));
 }
 
 #[tokio::test]

@@ -373,8 +373,64 @@ async fn rejects_a_nul_in_a_value() {
     let err = resolve_error(&[("name", "p"), ("keys", "DSH_A=a"), ("pairs", "DSH_A=x\\0y")]).await;
     assert_eq!(
         err.cause,
-        FailureCause::Output(OutputProblem::NulInValue("DSH_A".into()))
+        FailureCause::Output(OutputProblem::ControlInValue {
+            key: "DSH_A".into(),
+            character: '\0'
+        })
     );
+}
+
+#[tokio::test]
+async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
+    let registry = registry();
+    let forged = ToolExecution::new("c1", "bash").with_agent(Agent {
+        session_id: "s1\nDSH_HOME=/evil".into(),
+        cwd: "/work".into(),
+        parent_session_id: None,
+        depth: 0,
+    });
+    let err = registry.collect(&forged).await.unwrap_err();
+    assert_eq!(err.contributor, "dsh-env");
+    assert_eq!(
+        err.cause,
+        FailureCause::Output(OutputProblem::ControlInValue {
+            key: "DSH_SESSION_ID".into(),
+            character: '\n'
+        })
+    );
+    assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    // The registry still serves a sound call.
+    let overlay = registry.collect(&agent_call("c2", "s2")).await.unwrap();
+    assert_eq!(overlay.get("DSH_SESSION_ID"), Some("s2"));
+}
+
+#[tokio::test]
+async fn the_name_dsh_env_is_reserved() {
+    for name in ["dsh-env", "DSH-ENV ", " Dsh-Env"] {
+        let err = declaration_error(&[("name", name), ("keys", "DSH_FAKE=f")]).await;
+        assert_eq!(err.problem, DeclarationProblem::ReservedName, "{name:?}");
+        assert_eq!(err.key, None);
+        assert!(
+            err.to_string()
+                .contains("is reserved for dsh-env's built-in keys"),
+            "{err}"
+        );
+    }
+    // A name that merely contains it is an ordinary name.
+    let registry = registry();
+    let _ok = registry
+        .register(puppet(
+            &registry,
+            &[("name", "dsh-env-helper"), ("keys", "DSH_FAKE=f")],
+        ))
+        .await
+        .unwrap();
+    let owners: Vec<_> = registry
+        .list()
+        .into_iter()
+        .map(|row| (row.key.to_string(), row.owner))
+        .collect();
+    assert!(owners.contains(&("DSH_FAKE".to_string(), "dsh-env-helper".to_string())));
 }
 
 #[tokio::test]

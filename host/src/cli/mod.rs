@@ -8,12 +8,12 @@ mod demo;
 mod serve;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use dsh_env::executor::{ScrubReason, scrub_reason};
+use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     Collection, DshHome, ExecError, HomeContext, HomeSetting, LocalExecutor, Manifest, Mode,
     Registration, Registry, ShellExecRequest, ToolExecution,
@@ -169,10 +169,17 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let outcome = runtime.block_on(run(cli.command));
+    // A guest's file operation can be stuck in a blocking-pool thread that
+    // nothing can cancel (an `open` of a FIFO, say); dropping the runtime
+    // would wait for it forever. The answer is known: do not wait.
+    runtime.shutdown_background();
+    match outcome {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("dsh-env: {}", failure.message.replace('\n', " "));
+            // One line: line breaks become spaces, other controls are escaped.
+            let message = failure.message.replace('\n', " ");
+            eprintln!("dsh-env: {}", escape_controls(&message));
             ExitCode::from(failure.code)
         }
     }
@@ -205,7 +212,9 @@ async fn run(command: Command) -> CliResult<ExitCode> {
                 for row in rows {
                     println!(
                         "{:<width$}  {:<owner_width$}  {}",
-                        row.key, row.owner, row.description
+                        row.key,
+                        escape_controls(&row.owner),
+                        escape_controls(&row.description)
                     );
                 }
             }
@@ -295,9 +304,9 @@ async fn run(command: Command) -> CliResult<ExitCode> {
                 })
                 .collect();
             let mut scrubbed: Vec<(String, ScrubReason)> = std::env::vars_os()
-                .filter_map(|(name, _)| {
-                    let name = name.to_string_lossy().into_owned();
-                    scrub_reason(&name).map(|reason| (name, reason))
+                .filter_map(|(name, value)| {
+                    let reason = scrub_reason(&name, &value)?;
+                    Some((name.to_string_lossy().into_owned(), reason))
                 })
                 .collect();
             scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
@@ -305,18 +314,22 @@ async fn run(command: Command) -> CliResult<ExitCode> {
             if json {
                 let scrubbed: Vec<_> = scrubbed
                     .iter()
-                    .map(|(name, reason)| json!({"name": name, "reason": reason}))
+                    .map(|(name, reason)| {
+                        json!({"name": name, "rule": reason.rule(), "reason": reason.to_string()})
+                    })
                     .collect();
                 print_json(&json!({"keys": keys, "scrubbed": scrubbed, "omitted": omitted}));
             } else {
                 println!("Overlay:");
                 for key in &keys {
+                    let field =
+                        |name: &str| escape_controls(key[name].as_str().unwrap_or_default());
                     println!(
                         "  {}={}  ({}: {})",
-                        key["key"].as_str().unwrap_or_default(),
-                        key["value"].as_str().unwrap_or_default(),
-                        key["owner"].as_str().unwrap_or_default(),
-                        key["description"].as_str().unwrap_or_default()
+                        field("key"),
+                        field("value"),
+                        field("owner"),
+                        field("description")
                     );
                 }
                 println!("Removed from the inherited environment:");
@@ -324,10 +337,10 @@ async fn run(command: Command) -> CliResult<ExitCode> {
                     println!("  (nothing)");
                 }
                 for (name, reason) in &scrubbed {
-                    println!("  {name}: {reason}");
+                    println!("  {}: {reason}", escape_controls(name));
                 }
                 for warning in &omitted {
-                    println!("Omitted: {warning}");
+                    println!("Omitted: {}", escape_controls(warning));
                 }
             }
         }
@@ -396,17 +409,18 @@ impl ExecutionArg {
             return Ok(ToolExecution::new("cli", "bash"));
         };
         let text = if source == "-" {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).map_err(|e| {
-                Failure::config(format!("cannot read the execution from stdin: {e}"))
-            })?;
-            text
+            read_capped(std::io::stdin().lock(), MAX_EXECUTION_BYTES)
+                .and_then(utf8)
+                .map_err(|e| {
+                    Failure::config(format!("cannot read the execution from stdin: {e}"))
+                })?
         } else {
-            std::fs::read_to_string(source)
-                .map_err(|e| Failure::config(format!("cannot read execution {source}: {e}")))?
+            read_regular_text(Path::new(source), MAX_EXECUTION_BYTES)
+                .map_err(|e| Failure::config(format!("cannot read execution {e}")))?
         };
+        let shown = escape_controls(source);
         ToolExecution::from_json(&text)
-            .map_err(|e| Failure::config(format!("execution {source}: {e}")))
+            .map_err(|e| Failure::config(format!("execution {shown}: {e}")))
     }
 }
 
@@ -433,21 +447,30 @@ async fn check(file: &Path, config: BTreeMap<String, String>, json: bool) -> Cli
             "problems": problems,
         }));
     } else {
-        println!("{}: contributor `{}`", file.display(), declaration.name);
+        // The declaration is the guest's, unchecked: shown escaped.
+        println!(
+            "{}: contributor `{}`",
+            escape_controls(&file.display().to_string()),
+            escape_controls(&declaration.name)
+        );
         println!("Keys:");
         for (key, description) in &declaration.keys {
-            println!("  {key}: {description}");
+            println!(
+                "  {}: {}",
+                escape_controls(key),
+                escape_controls(description)
+            );
         }
         println!("Imports:");
         for import in component.imports() {
-            println!("  {import}");
+            println!("  {}", escape_controls(import));
         }
         if problems.is_empty() {
             println!("No problems: it can be registered.");
         } else {
             println!("Problems:");
             for problem in &problems {
-                println!("  {problem}");
+                println!("  {}", escape_controls(problem));
             }
         }
     }

@@ -8,6 +8,10 @@
 //! - `exec {execution, command, env?, stdin?, timeout_ms?}` →
 //!   `{exit_code, stdout, stderr, timed_out, truncated}`
 //!
+//! A request is one line of at most [`MAX_LINE_BYTES`]. A line that is not
+//! UTF-8 gets a parse error, a longer one an invalid-request error (both
+//! with id null), and serving goes on.
+//!
 //! `execution` is the reference harness's JSON shape. `exec` is for a
 //! harness, which may pass an ordinary `env` and `stdin`; no `DSH_*` name is
 //! accepted in `env`.
@@ -19,7 +23,8 @@ use std::time::Duration;
 use dsh_env::{LocalExecutor, OnError, Registration, Registry, ShellExecRequest, ToolExecution};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
 
 /// JSON-RPC error codes.
 const PARSE_ERROR: i64 = -32700;
@@ -28,6 +33,14 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 /// A contributor, component or command failed.
 const APPLICATION_ERROR: i64 = -32000;
+
+/// The longest request line read; a longer one is answered with an error
+/// and skipped to its newline.
+const MAX_LINE_BYTES: usize = 4 << 20;
+
+/// Lines read ahead of the server: with [`MAX_LINE_BYTES`], this bounds
+/// what the reader holds.
+const LINES_AHEAD: usize = 4;
 
 struct RpcError {
     code: i64,
@@ -88,6 +101,66 @@ struct Server {
     registrations: HashMap<String, Registration>,
 }
 
+/// One line of stdin, as the reader thread saw it.
+enum Line {
+    /// A line of text, without its newline.
+    Text(String),
+    /// A line that is not UTF-8.
+    NotUtf8,
+    /// A line over [`MAX_LINE_BYTES`], skipped.
+    TooLong,
+}
+
+/// Reads stdin on a plain thread (not tokio's stdin, which would hold a
+/// blocking-pool thread the guests need), line by line as bytes, within
+/// [`MAX_LINE_BYTES`]. Ends when stdin does or the server is gone.
+fn read_lines(mut input: impl std::io::BufRead, lines: mpsc::Sender<std::io::Result<Line>>) {
+    loop {
+        let line = match read_line(&mut input) {
+            Ok(Some(line)) => Ok(line),
+            Ok(None) => return,
+            Err(err) => Err(err),
+        };
+        let failed = line.is_err();
+        if lines.blocking_send(line).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The next line of `input`, `None` at its end.
+fn read_line(input: &mut impl std::io::BufRead) -> std::io::Result<Option<Line>> {
+    let (mut bytes, mut too_long, mut any) = (Vec::new(), false, false);
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        any = true;
+        let (part, ended) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (&chunk[..at], true),
+            None => (chunk, false),
+        };
+        if !too_long && bytes.len() + part.len() <= MAX_LINE_BYTES {
+            bytes.extend_from_slice(part);
+        } else {
+            // Keep reading to the newline, but hold nothing more.
+            too_long = true;
+            bytes = Vec::new();
+        }
+        let used = part.len() + usize::from(ended);
+        input.consume(used);
+        if ended {
+            break;
+        }
+    }
+    Ok(any.then(|| match (too_long, String::from_utf8(bytes)) {
+        (true, _) => Line::TooLong,
+        (false, Ok(text)) => Line::Text(text),
+        (false, Err(_)) => Line::NotUtf8,
+    }))
+}
+
 /// Serves requests until stdin closes.
 pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std::io::Result<()> {
     let mut server = Server {
@@ -97,14 +170,27 @@ pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std
             .map(|r| (r.name().to_string(), r))
             .collect(),
     };
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let (sender, mut lines) = mpsc::channel(LINES_AHEAD);
+    std::thread::Builder::new()
+        .name("dsh-env-stdin".into())
+        .spawn(move || read_lines(std::io::stdin().lock(), sender))?;
     let mut stdout = tokio::io::stdout();
     server.registry.prepare().await;
-    while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let response = server.handle_line(&line).await;
+    while let Some(line) = lines.recv().await {
+        let response = match line? {
+            Line::Text(line) if line.trim().is_empty() => continue,
+            Line::Text(line) => server.handle_line(&line).await,
+            Line::NotUtf8 => error_response(
+                Value::Null,
+                PARSE_ERROR,
+                "parse error: the request line is not UTF-8",
+            ),
+            Line::TooLong => error_response(
+                Value::Null,
+                INVALID_REQUEST,
+                &format!("invalid request: the line is over the {MAX_LINE_BYTES}-byte limit"),
+            ),
+        };
         let mut text = response.to_string();
         text.push('\n');
         stdout.write_all(text.as_bytes()).await?;

@@ -10,7 +10,8 @@
 //! - `pairs`: returned pairs, `KEY=value` entries separated by `|`. In a value,
 //!   `{session}` becomes the agent's session id (or `none`), `{call}` the call
 //!   id, `{mode}` `foreground` or `background`, `{count}` how many times this
-//!   instance has resolved, `{cwd}` the agent's cwd, and `\0` a NUL.
+//!   instance has resolved, `{cwd}` the agent's cwd, and `\0`, `\n`, `\r`,
+//!   `\t` a NUL, newline, carriage return, tab.
 //!
 //! Misbehaviours: `trap` (panic), `loop`, `grow` (allocate without bound),
 //! `recurse` (unbounded recursion), `sleep:<ms>` (a WASI clock sleep),
@@ -165,7 +166,10 @@ impl Contributor for Puppet {
                     .replace("{mode}", mode)
                     .replace("{cwd}", cwd)
                     .replace("{count}", &count.to_string())
-                    .replace("\\0", "\0");
+                    .replace("\\0", "\0")
+                    .replace("\\n", "\n")
+                    .replace("\\r", "\r")
+                    .replace("\\t", "\t");
                 (key.to_string(), value)
             })
             .collect())
