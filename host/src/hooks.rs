@@ -177,10 +177,14 @@ impl Hooks {
         dialect: HookDialect,
         registry: Registry,
     ) -> Result<Self, HooksError> {
-        let text = std::fs::read_to_string(path).map_err(|e| HooksError {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        // The model can run commands: the file may have become a FIFO.
+        let text =
+            crate::input::read_regular_text(path, crate::input::MAX_HOOKS_BYTES).map_err(|e| {
+                HooksError {
+                    path: path.display().to_string(),
+                    message: e.problem.to_string(),
+                }
+            })?;
         Self::parse(&text, &path.display().to_string(), dialect, registry)
     }
 

@@ -24,6 +24,10 @@ pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 pub const MAX_EXECUTION_BYTES: u64 = 1 << 20;
 /// The largest component file read.
 pub const MAX_COMPONENT_BYTES: u64 = 128 << 20;
+/// The largest hooks.json read.
+pub const MAX_HOOKS_BYTES: u64 = 1 << 20;
+/// The largest session file read (a session's JSONL grows with its turns).
+pub const MAX_SESSION_BYTES: u64 = 64 << 20;
 
 /// Why a file a user named could not be read.
 #[derive(Debug, thiserror::Error)]

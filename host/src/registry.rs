@@ -577,10 +577,11 @@ impl Registry {
         let mut omitted = Vec::new();
         let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
-        // Built-in values obey the value rule too: a Rust caller can build a
-        // `ToolExecution` whose session id holds a newline.
+        // Built-in values obey the value rules too: a Rust caller can build a
+        // `ToolExecution` whose session id holds a newline, or a megabyte.
+        let max_value_bytes = Limits::default().max_value_bytes;
         let mut builtin = |key: &str, value: &str| {
-            check_value(key, value, usize::MAX).map_err(|problem| ContributorError {
+            check_value(key, value, max_value_bytes).map_err(|problem| ContributorError {
                 contributor: BUILTIN_OWNER.to_string(),
                 phase: Phase::Resolve,
                 cause: problem.into(),

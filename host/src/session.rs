@@ -183,6 +183,15 @@ pub enum SessionError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The file could not be read: missing, not a regular file, over the
+    /// size limit, or not UTF-8.
+    #[error("session file {path}: {problem}")]
+    Read {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: crate::input::ReadProblem,
+    },
     /// The file's header is missing or malformed.
     #[error("session file {path}: line {line}: {message}")]
     Malformed {
@@ -239,10 +248,15 @@ impl SessionStore {
 
 fn load_file(path: &Path) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| SessionError::Io {
-        path: shown.clone(),
-        source,
-    })?;
+    // The model can run commands under the home: a session file may have
+    // become a FIFO, or grown without end.
+    let text =
+        crate::input::read_regular_text(path, crate::input::MAX_SESSION_BYTES).map_err(|e| {
+            SessionError::Read {
+                path: shown.clone(),
+                problem: e.problem,
+            }
+        })?;
     let malformed = |line: usize, message: String| SessionError::Malformed {
         path: shown.clone(),
         line,
@@ -358,6 +372,23 @@ mod tests {
             child.header.parent.as_ref().unwrap().relation,
             Relation::Spawn
         );
+    }
+
+    /// The model can run `mkfifo` in the home: loading a session must not
+    /// block on it.
+    #[test]
+    fn a_session_file_that_became_a_fifo_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path());
+        let path = store.path("s1");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = store.load("s1").unwrap_err().to_string();
+        assert!(err.contains("is a FIFO, not a regular file"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
     }
 
     #[test]

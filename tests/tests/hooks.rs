@@ -223,3 +223,24 @@ fn malformed_hooks_files_are_refused_with_their_name() {
         "{err}"
     );
 }
+
+/// The model can run commands: a hooks.json that became a FIFO is refused
+/// at once, naming the file, instead of blocking the harness.
+#[tokio::test]
+async fn a_hooks_file_that_became_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hooks.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let err = Hooks::from_file(&path, HookDialect::ClaudeCode, registry())
+        .err()
+        .expect("a FIFO is not a hooks file")
+        .to_string();
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains("is a FIFO"),
+        "{err}"
+    );
+}

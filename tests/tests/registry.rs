@@ -399,6 +399,17 @@ async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
         })
     );
     assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    // And the size rule: a session id is a value like any other.
+    let huge = agent_call("c1", &"s".repeat(9000));
+    let err = registry.collect(&huge).await.unwrap_err();
+    assert_eq!(
+        err.cause,
+        FailureCause::Output(OutputProblem::ValueTooLarge {
+            key: "DSH_SESSION_ID".into(),
+            len: 9000,
+            cap: 8 << 10
+        })
+    );
     // The registry still serves a sound call.
     let overlay = registry.collect(&agent_call("c2", "s2")).await.unwrap();
     assert_eq!(overlay.get("DSH_SESSION_ID"), Some("s2"));
