@@ -233,21 +233,34 @@ async fn churn(registry: &Registry, cwd: &str, done: &std::sync::atomic::AtomicB
     peak
 }
 
+/// This process's runtime threads (tokio's and dsh-env's own, by name: the
+/// test harness starts threads of its own meanwhile) and open descriptors.
 fn threads_and_descriptors() -> (usize, usize) {
-    let count = |dir: &str| std::fs::read_dir(dir).expect("Linux /proc").count();
-    (count("/proc/self/task"), count("/proc/self/fd"))
+    let ours = |task: &std::fs::DirEntry| {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        name.starts_with("tokio-") || name.starts_with("dsh-env")
+    };
+    let threads = std::fs::read_dir("/proc/self/task")
+        .expect("Linux /proc")
+        .flatten()
+        .filter(ours)
+        .count();
+    let descriptors = std::fs::read_dir("/proc/self/fd")
+        .expect("Linux /proc")
+        .count();
+    (threads, descriptors)
 }
 
 #[test]
 fn the_soak_holds_under_churn_and_hostile_contributors() {
     let _quiet = QUIET.lock().unwrap_or_else(|p| p.into_inner());
+    let before = threads_and_descriptors();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_keep_alive(Duration::from_millis(50))
         .enable_all()
         .build()
         .unwrap();
-    let before = threads_and_descriptors();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), "x").unwrap();
     let cwd = dir.path().to_str().unwrap().to_string();
