@@ -23,6 +23,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use crate::input::{escape_controls, is_executable};
 use crate::limits::Limits;
 
 /// The helper's file name.
@@ -202,7 +203,7 @@ impl Compiler {
         let failed = |what: String| {
             CompileError::Failed(format!(
                 "the compile helper {} {what}",
-                escape(&helper.display().to_string())
+                escape_controls(&helper.display().to_string())
             ))
         };
         let mut child = Command::new(&helper)
@@ -249,7 +250,7 @@ impl Compiler {
         let ended = ended.map_err(|e| failed(format!("could not be waited for: {e}")))?;
         let diagnostic = match diagnostic {
             Captured::Whole(text) | Captured::Cut(text) => {
-                escape(String::from_utf8_lossy(&text).trim())
+                escape_controls(String::from_utf8_lossy(&text).trim()).into_owned()
             }
             Captured::Overflow => String::new(),
         };
@@ -290,14 +291,9 @@ fn usable(path: PathBuf, origin: &str) -> Result<PathBuf, String> {
     } else {
         Err(format!(
             "the compile helper {} ({origin}) is not an executable file",
-            escape(&path.display().to_string())
+            escape_controls(&path.display().to_string())
         ))
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether the helper's last words say it ran out of memory: Rust's
@@ -310,19 +306,6 @@ fn out_of_memory(diagnostic: &str) -> bool {
     ]
     .iter()
     .any(|needle| diagnostic.contains(needle))
-}
-
-/// Control characters escaped, so a message stays one line.
-fn escape(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// What a capped read got.

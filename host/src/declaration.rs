@@ -6,7 +6,7 @@ use std::fmt;
 
 use crate::input::{control_character, describe_control};
 use crate::key::{DshKey, KeyError};
-use crate::limits::Limits;
+use crate::limits::{Limits, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::registry::BUILTIN_OWNER;
 
 /// A declaration as a contributor gave it, not yet checked.
@@ -41,7 +41,7 @@ pub enum DeclarationProblem {
     #[error("the name is blank")]
     BlankName,
     /// The name holds control characters or is too long.
-    #[error("the name must be at most 128 bytes with no control characters")]
+    #[error("the name must be at most {MAX_NAME_BYTES} bytes with no control characters")]
     MalformedName,
     /// The name is dsh-env's own, the owner shown for the built-in keys.
     #[error("the name `{BUILTIN_OWNER}` is reserved for dsh-env's built-in keys")]
@@ -67,7 +67,7 @@ pub enum DeclarationProblem {
     #[error("the description is blank")]
     BlankDescription,
     /// The description holds control characters or is too long.
-    #[error("the description must be one line of at most 1024 bytes")]
+    #[error("the description must be one line of at most {MAX_DESCRIPTION_BYTES} bytes")]
     MalformedDescription,
     /// The key appears twice in the declaration.
     #[error("the key is declared twice")]
@@ -130,7 +130,7 @@ impl Declaration {
         };
         if raw.name.trim().is_empty() {
             fail(None, DeclarationProblem::BlankName);
-        } else if raw.name.len() > 128 || raw.name.chars().any(char::is_control) {
+        } else if raw.name.len() > MAX_NAME_BYTES || raw.name.chars().any(char::is_control) {
             fail(None, DeclarationProblem::MalformedName);
         } else if raw.name.trim().eq_ignore_ascii_case(BUILTIN_OWNER) {
             // Listed as the owner of its keys, it would pass for a built-in.
@@ -153,7 +153,9 @@ impl Declaration {
             }
             if description.trim().is_empty() {
                 fail(Some(key), DeclarationProblem::BlankDescription);
-            } else if description.len() > 1024 || description.chars().any(char::is_control) {
+            } else if description.len() > MAX_DESCRIPTION_BYTES
+                || description.chars().any(char::is_control)
+            {
                 fail(Some(key), DeclarationProblem::MalformedDescription);
             }
         }

@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+use crate::input::is_executable;
 use crate::key::is_managed_name;
 use crate::overlay::Overlay;
 
@@ -392,16 +393,12 @@ fn spawn(request: &ShellExecRequest) -> Result<(Child, Option<Vec<u8>>), ExecErr
 /// falls back to `fork`, which copies this process's address-space map
 /// (large, with the engine's pool) and cost about 3.5 ms per call here.
 fn shell_program(environment: &BTreeMap<OsString, OsString>, workdir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |path: &Path| {
-        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
     environment
         .get(OsStr::new("PATH"))
         .and_then(|path| {
             std::env::split_paths(path)
                 .map(|dir| workdir.join(dir).join("bash"))
-                .find(|candidate| executable(candidate))
+                .find(|candidate| is_executable(candidate))
         })
         .unwrap_or_else(|| PathBuf::from("bash"))
 }

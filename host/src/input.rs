@@ -124,6 +124,13 @@ fn kind_name(kind: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Whether `path` is a file someone may execute (a program found on a
+/// `PATH`).
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// The first character of `text` that the value rule refuses: any control
 /// character but TAB.
 pub fn control_character(text: &str) -> Option<char> {

@@ -577,24 +577,24 @@ impl Registry {
         let mut omitted = Vec::new();
         let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
-        // Built-in values obey the value rules too: a Rust caller can build a
-        // `ToolExecution` whose session id holds a newline, or a megabyte.
-        let max_value_bytes = Limits::default().max_value_bytes;
-        let mut builtin = |key: &str, value: &str| {
-            check_value(key, value, max_value_bytes).map_err(|problem| ContributorError {
-                contributor: BUILTIN_OWNER.to_string(),
-                phase: Phase::Resolve,
-                cause: problem.into(),
-                keys: KeysNote::default(),
-            })?;
-            let key = DshKey::new(key).expect("built-in keys are valid");
-            overlay.insert(key, value.to_string());
-            Ok::<(), ContributorError>(())
-        };
-        builtin(DSH_HOME, self.inner.home.as_str())?;
-        builtin(DSH_SHELL, "1")?;
+        let builtin = |key: &str| DshKey::new(key).expect("built-in keys are valid");
+        // `DshHome` refuses control characters when it is made, and `1` is
+        // `1`; only the session id comes from the caller, checked by the
+        // value rules: a Rust caller can build a `ToolExecution` whose
+        // session id holds a newline, or a megabyte.
+        overlay.insert(builtin(DSH_HOME), self.inner.home.as_str().to_string());
+        overlay.insert(builtin(DSH_SHELL), "1".to_string());
         if let Some(agent) = &execution.agent {
-            builtin(DSH_SESSION_ID, &agent.session_id)?;
+            let max_value_bytes = Limits::default().max_value_bytes;
+            check_value(DSH_SESSION_ID, &agent.session_id, max_value_bytes).map_err(|problem| {
+                ContributorError {
+                    contributor: BUILTIN_OWNER.to_string(),
+                    phase: Phase::Resolve,
+                    cause: problem.into(),
+                    keys: KeysNote::default(),
+                }
+            })?;
+            overlay.insert(builtin(DSH_SESSION_ID), agent.session_id.clone());
         }
         // Converted for the guests once, when the first one needs it.
         let mut call = None;

@@ -192,7 +192,11 @@ async fn open_at(
     ) {
         return Ok(Err(ErrorCode::Unsupported));
     }
-    if !state.files.acquire() {
+    // Only a store with the cwd grant has a directory to open under.
+    let Some(files) = state.files.as_mut() else {
+        return Ok(Err(ErrorCode::NotPermitted));
+    };
+    if !files.acquire() {
         tracing::debug!("guest descriptor cap reached; open-at refused");
         return Ok(Err(ErrorCode::InsufficientMemory));
     }
@@ -206,14 +210,14 @@ async fn open_at(
     let descriptor = match opened {
         Ok(Opened::Dir(file)) => Descriptor::Dir(Dir::new(file, dir.perms, OpenMode::READ, false)),
         Ok(Opened::File(_)) if oflags.contains(OpenFlags::DIRECTORY) => {
-            state.files.give_back();
+            files.give_back();
             return Ok(Err(ErrorCode::NotDirectory));
         }
         Ok(Opened::File(file)) => {
             Descriptor::File(File::new(file, dir.perms, OpenMode::READ, false))
         }
         Err(err) => {
-            state.files.give_back();
+            files.give_back();
             return Ok(Err(ErrorCode::from(err)));
         }
     };

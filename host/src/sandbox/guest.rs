@@ -22,8 +22,9 @@ use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 pub(crate) struct GuestState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
-    /// Descriptors opened through the cwd grant, counted process-wide.
-    pub(super) files: OpenFiles,
+    /// Descriptors opened through the cwd grant, counted process-wide
+    /// (`None` without the grant: such a guest can open nothing).
+    pub(super) files: Option<OpenFiles>,
     pub(super) limiter: GuestLimiter,
     pub(super) config: Arc<BTreeMap<String, String>>,
     /// Epoch ticks the guest may still run for (see `arm`).

@@ -500,7 +500,8 @@ impl Sandbox {
             GuestState {
                 wasi,
                 table,
-                files: OpenFiles::new(Arc::clone(&self.descriptors), name),
+                files: (component.grants.cwd_read)
+                    .then(|| OpenFiles::new(Arc::clone(&self.descriptors), name)),
                 limiter: GuestLimiter::new(limits, Arc::clone(&self.budget)),
                 config: component.config.clone(),
                 ticks_left: 0,
@@ -598,5 +599,7 @@ fn log_output(name: &str, stdout: &GuestOutput, stderr: &GuestOutput) {
 fn release_host_resources(state: &mut GuestState) {
     state.table = ResourceTable::new();
     state.wasi = wasmtime_wasi::WasiCtx::builder().build();
-    state.files.release();
+    if let Some(files) = &mut state.files {
+        files.release();
+    }
 }
