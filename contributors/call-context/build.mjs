@@ -16,7 +16,8 @@ if (!out) {
 
 const { component } = await componentize({
   sourcePath: join(here, 'call-context.js'),
-  witPath: join(here, '..', '..', 'wit'),
+  // The frozen contract the guest SDK carries.
+  witPath: join(here, '..', '..', 'guest-sdk', 'wit', 'since_v0.1.0'),
   worldName: 'contributor',
   // No WASI features beyond what the engine itself needs: a contributor has
   // no use for stdio, clocks, randomness or HTTP (and the host grants none).

@@ -30,7 +30,7 @@ pub use wit_bindgen as __wit_bindgen;
 #[allow(clippy::too_many_arguments)] // generated lowering code
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit/since_v0.1.0",
         world: "contributor",
         pub_export_macro: true,
         export_macro_name: "__export_contributor_world",

@@ -37,7 +37,7 @@ fn main() {
         .expect("OUT_DIR is inside the target dir");
 
     let guest_dirs = GUESTS.iter().map(|(_, _, dir)| *dir);
-    for input in ["wit", "guest-sdk", "Cargo.toml", "Cargo.lock"]
+    for input in ["guest-sdk", "Cargo.toml", "Cargo.lock"]
         .into_iter()
         .chain(guest_dirs)
     {

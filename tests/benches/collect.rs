@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use dsh_env::manifest::Manifest;
 use dsh_env::sandbox::{ContributorComponent, Grants};
-use dsh_env::tool::{BashOutcome, BashTool};
 use dsh_env::{
     Agent, LocalExecutor, NativeContributor, Overlay, RawDeclaration, Registration, Registry,
     ToolExecution,
 };
+use dsh_env_harness::tool::{BashOutcome, BashTool};
 use dsh_env_tests::{artifacts, echo, puppet, registry};
 use serde_json::{Value, json};
 

@@ -2,9 +2,11 @@
 //! helpers to register them.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use dsh_env::{
-    Agent, ArtifactCache, ContributorComponent, DshHome, HostLimits, Registry, ToolExecution,
+    Agent, ArtifactCache, ContributorComponent, DshHome, HostLimits, Registry, Runtime,
+    ToolExecution,
 };
 
 pub mod rules;
@@ -15,16 +17,39 @@ pub use dsh_env_artifacts as artifacts;
 /// The fixed home of the tests' registries (its cache is shared).
 const HOME: &str = "/tmp/dsh-test-home";
 
-/// A registry with the fixed home `/tmp/dsh-test-home`.
-pub fn registry() -> Registry {
-    Registry::new(DshHome::from_absolute(HOME.as_ref()).unwrap()).unwrap()
+/// The runtime that every [`registry`] of a test process shares, as an
+/// embedder's registries would.
+pub fn runtime() -> &'static Runtime {
+    static SHARED: OnceLock<Runtime> = OnceLock::new();
+    SHARED.get_or_init(|| Runtime::new().unwrap())
 }
 
-/// A registry like [`registry`], whose instances stay within `host_limits`.
+/// A registry with the fixed home `/tmp/dsh-test-home`, in the shared
+/// [`runtime`].
+pub fn registry() -> Registry {
+    let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
+    let cache = ArtifactCache::new(home.path().join("cache"));
+    Registry::with_runtime(runtime(), home, cache)
+}
+
+/// A registry with `home` (absolute), in the shared [`runtime`].
+pub fn registry_at(home: impl AsRef<std::path::Path>) -> Registry {
+    let home = DshHome::from_absolute(home.as_ref()).unwrap();
+    let cache = ArtifactCache::new(home.path().join("cache"));
+    Registry::with_runtime(runtime(), home, cache)
+}
+
+/// A registry like [`registry`] in a runtime of its own, whose instances
+/// stay within `host_limits`: for a test that reads the runtime's budgets,
+/// which other tests' calls would move in the shared one.
 pub fn registry_with(host_limits: HostLimits) -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
     let cache = ArtifactCache::new(home.path().join("cache"));
-    Registry::with_host_limits(home, cache, host_limits).unwrap()
+    Registry::with_runtime(
+        &Runtime::with_host_limits(host_limits).unwrap(),
+        home,
+        cache,
+    )
 }
 
 /// The puppet guest, configured by `config` (see tests/guests/puppet).

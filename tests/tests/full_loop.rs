@@ -9,11 +9,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use dsh_env::agent::{Agent, ScriptedModel};
-use dsh_env::hooks::Hooks;
-use dsh_env::session::{Relation, Session, SessionStore};
-use dsh_env::tool::BashTool;
-use dsh_env::{DshHome, LocalExecutor, Registration, Registry};
+use dsh_env::{DshHome, Registration, Registry};
+use dsh_env_harness::LocalExecutor;
+use dsh_env_harness::agent::{AgentLoop, ScriptedModel};
+use dsh_env_harness::hooks::Hooks;
+use dsh_env_harness::session::{Relation, Session, SessionStore};
+use dsh_env_harness::tool::BashTool;
 use dsh_env_tests::artifacts;
 
 const PRINT: &str = r#"printf '%s\n' "$DSH_HOME" "$DSH_SHELL" "$DSH_SESSION_ID" "${DSH_STALE_PARENT-unset}"; test -e "$DSH_HOME/sessions/$DSH_SESSION_ID.jsonl" && echo exists || echo absent"#;
@@ -40,10 +41,10 @@ impl Harness {
         }
     }
 
-    fn agent(&self, session: Session, commands: &[&str]) -> Agent {
+    fn agent(&self, session: Session, commands: &[&str]) -> AgentLoop {
         let tool = BashTool::new(self.registry.clone(), LocalExecutor, "/");
         let model = ScriptedModel::bash_turn(commands, "done");
-        Agent::new(
+        AgentLoop::new(
             session,
             Box::new(model),
             tool,
@@ -52,7 +53,7 @@ impl Harness {
         )
     }
 
-    async fn one_call(&self, session: Session, command: &str) -> (Agent, String) {
+    async fn one_call(&self, session: Session, command: &str) -> (AgentLoop, String) {
         let mut agent = self.agent(session, &[command]);
         let records = agent.run_turn("go").await.unwrap();
         let [record] = &records[..] else {

@@ -18,10 +18,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dsh_env::sandbox::Grants;
-use dsh_env::tool::{BashOutcome, BashTool};
-use dsh_env::{
-    Agent, Limits, LocalExecutor, Mode, OnError, Overlay, Registration, Registry, ToolExecution,
-};
+use dsh_env::{Agent, Limits, Mode, OnError, Overlay, Registration, Registry, ToolExecution};
+use dsh_env_harness::LocalExecutor;
+use dsh_env_harness::tool::{BashOutcome, BashTool};
 use dsh_env_tests::leak::{contributors, rss_kib};
 use dsh_env_tests::{agent_call, artifacts, puppet, registry};
 use serde_json::json;
@@ -324,7 +323,7 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
         };
         let (served, peak) = tokio::join!(callers, churn(&registry, &cwd, &done));
         let elapsed = started.elapsed();
-        assert_eq!(registry.guest_descriptors(), 0);
+        assert_eq!(registry.runtime().guest_descriptors(), 0);
         (served, peak, elapsed)
     });
     drop(runtime);
@@ -387,7 +386,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
             let (registry, execution) = (registry.clone(), execution.clone());
             async move { registry.collect(&execution).await }
         });
-        while registry.guest_descriptors() < 20 {
+        while registry.runtime().guest_descriptors() < 20 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // A spawn that needs any new descriptor now fails with EMFILE.
@@ -406,7 +405,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
         );
         let overlay = holding.await.unwrap().unwrap();
         assert_eq!(overlay.get("DSH_HOARDED"), Some("20"));
-        assert_eq!(registry.guest_descriptors(), 0);
+        assert_eq!(registry.runtime().guest_descriptors(), 0);
         let spawned = tool.call(&no_agent, &json!({"command": "true"})).await;
         assert!(matches!(spawned, Ok(BashOutcome::Finished(ref out)) if out.exit_code == Some(0)));
     });

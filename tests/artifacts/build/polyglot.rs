@@ -21,6 +21,10 @@ use wasi_preview1_component_adapter_provider::{
 
 const SETUP: &str = "run scripts/setup-polyglot to install the tools that build the Python, JavaScript and C contributors";
 
+/// The frozen contract these contributors are built for: the snapshot the
+/// guest SDK carries, never a live folder.
+const CONTRACT: &str = "guest-sdk/wit/since_v0.1.0";
+
 /// The build recipe itself is an input of every component.
 const RECIPE: &str = include_str!("polyglot.rs");
 
@@ -39,7 +43,7 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         "tests/guests/table-grower/table_grower.wat",
         "tests/guests/alias-bomb/alias_bomb.wat",
         "tests/artifacts/build/polyglot.rs",
-        "wit",
+        CONTRACT,
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(input).display());
     }
@@ -91,7 +95,7 @@ fn session_url(workspace: &Path, out: &Path) -> PathBuf {
         let mut command = Command::new(&tool);
         command
             .arg("-d")
-            .arg(workspace.join("wit"))
+            .arg(workspace.join(CONTRACT))
             .args(["-w", "contributor", "componentize", "-p"])
             .arg(&source)
             .arg("session_url")
@@ -212,12 +216,12 @@ fn wat_guest(workspace: &Path, out: &Path, name: &str) -> PathBuf {
     })
 }
 
-/// The `contributor` world of `wit/`.
+/// The `contributor` world of the frozen contract.
 fn contributor_world(workspace: &Path) -> (wit_parser::Resolve, wit_parser::WorldId) {
     let mut resolve = wit_parser::Resolve::default();
     let (package, _) = resolve
-        .push_dir(workspace.join("wit"))
-        .unwrap_or_else(|e| panic!("parse wit/: {e:#}"));
+        .push_dir(workspace.join(CONTRACT))
+        .unwrap_or_else(|e| panic!("parse {CONTRACT}: {e:#}"));
     let world = resolve
         .select_world(&[package], Some("contributor"))
         .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
@@ -264,12 +268,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Every file of `wit/`, sorted.
+/// Every file of the frozen contract, sorted.
 fn wit_files(workspace: &Path) -> Vec<PathBuf> {
-    let dir = workspace.join("wit");
+    let dir = workspace.join(CONTRACT);
     let mut files: Vec<PathBuf> = fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("read a wit/ entry").path())
+        .map(|entry| entry.expect("read a contract entry").path())
         .collect();
     files.sort();
     files

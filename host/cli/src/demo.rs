@@ -1,0 +1,149 @@
+//! `dsh-env demo`: a scripted session with a parent agent and a spawned
+//! child running at once, the example contributors registered and hooks
+//! configured, all in a temporary home. Shows what each shell saw, what the
+//! hooks received, and where the session files are.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dsh_env::{ArtifactCache, DshHome, HomeContext, Manifest};
+use dsh_env_harness::LocalExecutor;
+use dsh_env_harness::agent::{AgentLoop, CallRecord, ScriptedModel};
+use dsh_env_harness::hooks::{HookDialect, Hooks};
+use dsh_env_harness::session::{Session, SessionStore, new_session_id};
+use dsh_env_harness::tool::BashTool;
+use serde_json::json;
+
+use super::{CliResult, Failure};
+
+/// What every scripted shell runs: print the managed environment.
+const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
+
+pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
+    let home_dir = std::env::temp_dir().join(format!("dsh-env-demo-{}", &new_session_id()[..8]));
+    std::fs::create_dir_all(&home_dir).map_err(Failure::runtime)?;
+    let home = DshHome::from_absolute(&home_dir).map_err(Failure::config)?;
+    // The home is new each run; the compiled components are kept in the
+    // user's own cache ($DSH_HOME or ~/.dsh), so only the first run compiles.
+    let cache = match DshHome::resolve(&[], &HomeContext::from_process()) {
+        Ok(user_home) => ArtifactCache::new(user_home.path().join("cache")),
+        Err(_) => ArtifactCache::new(home_dir.join("cache")),
+    };
+    let registry = super::open_registry(home, cache)?;
+    let default_manifest = PathBuf::from("contributors/examples.toml");
+    let manifest = manifest.or_else(|| {
+        default_manifest
+            .exists()
+            .then_some(default_manifest.as_path())
+    });
+    let _registrations = match manifest {
+        Some(path) => {
+            let manifest = Manifest::from_file(path).map_err(Failure::config)?;
+            registry
+                .register_manifest(&manifest)
+                .await
+                .map_err(Failure::config)?
+        }
+        None => Vec::new(),
+    };
+
+    let hooks_path = home_dir.join("hooks.json");
+    let log = home_dir.join("hooks.log");
+    let record = format!(
+        "{{ printf '%s ' \"$DSH_SESSION_ID\"; cat; echo; }} >> '{}'",
+        log.display()
+    );
+    let hooks_json = json!({"hooks": {
+        "SessionStart": [{"hooks": [{"type": "command", "command": record}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": record}]}],
+    }});
+    std::fs::write(&hooks_path, hooks_json.to_string()).map_err(Failure::runtime)?;
+    let hooks = Hooks::from_file(&hooks_path, HookDialect::ClaudeCode, registry.clone())
+        .map_err(Failure::config)?;
+
+    let cwd = std::env::current_dir()
+        .map_err(Failure::runtime)?
+        .display()
+        .to_string();
+    let store = SessionStore::new(home_dir.join("sessions"));
+    let parent = Session::new(cwd.clone());
+    let child = parent.spawn(cwd);
+    let agent = |session: Session| {
+        let tool = BashTool::new(registry.clone(), LocalExecutor, "/");
+        let model = ScriptedModel::bash_turn(&[SHOW_ENV], "done");
+        AgentLoop::new(session, Box::new(model), tool, hooks.clone(), store.clone())
+    };
+    let (mut parent_agent, mut child_agent) = (agent(parent), agent(child));
+    let run = async |agent: &mut AgentLoop| -> CliResult<Vec<CallRecord>> {
+        agent.start("startup").await;
+        agent
+            .run_turn("Show me the DSH environment.")
+            .await
+            .map_err(Failure::runtime)
+    };
+    let (parent_calls, child_calls) = tokio::join!(run(&mut parent_agent), run(&mut child_agent));
+    let (parent_calls, child_calls) = (parent_calls?, child_calls?);
+
+    println!("dsh-env demo: a parent agent and a spawned child ran `{SHOW_ENV}` at the same time.");
+    println!("DSH_HOME = {}\n", home_dir.display());
+    print_table(&parent_calls, &child_calls);
+
+    println!(
+        "\nWhat the hooks received (DSH_SESSION_ID in the hook's environment, then its stdin):"
+    );
+    let received = std::fs::read_to_string(&log).unwrap_or_default();
+    for line in received.lines().filter(|l| !l.trim().is_empty()) {
+        println!("  {line}");
+    }
+    println!("\nSession files (JSONL, written at the end of each turn):");
+    for agent in [&parent_agent, &child_agent] {
+        println!("  {}", store.path(agent.session().id()).display());
+    }
+    Ok(())
+}
+
+fn vars(calls: &[CallRecord]) -> BTreeMap<String, String> {
+    calls
+        .iter()
+        .flat_map(|call| call.output.lines())
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn print_table(parent: &[CallRecord], child: &[CallRecord]) {
+    let (parent, child) = (vars(parent), vars(child));
+    let keys: Vec<&String> = parent
+        .keys()
+        .chain(child.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let cell = |map: &BTreeMap<String, String>, key: &str| {
+        map.get(key).cloned().unwrap_or_else(|| "(absent)".into())
+    };
+    let width = keys.iter().map(|k| k.len()).max().unwrap_or(0).max(3);
+    let column = keys
+        .iter()
+        .map(|k| cell(&parent, k).len())
+        .max()
+        .unwrap_or(0)
+        .max(12);
+    println!(
+        "{:<width$}  {:<column$}  child shell",
+        "key", "parent shell"
+    );
+    println!(
+        "{:<width$}  {:<column$}  {}",
+        "-".repeat(width),
+        "-".repeat(column),
+        "-".repeat(12)
+    );
+    for key in keys {
+        println!(
+            "{key:<width$}  {:<column$}  {}",
+            cell(&parent, key),
+            cell(&child, key)
+        );
+    }
+}

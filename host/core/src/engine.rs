@@ -1,0 +1,126 @@
+//! Engine policy, in one place: how guests are compiled, how instances are
+//! allocated, and how deadlines are enforced.
+
+use std::time::Duration;
+
+use crate::runtime::Allocator;
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances; deadlines are accurate to about this much.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Instances that may be alive at once (pool slots, and the concurrency cap).
+pub const MAX_LIVE_INSTANCES: u32 = 128;
+
+/// Largest linear memory any guest may have; per-contributor limits sit below it.
+pub const MAX_MEMORY_BYTES: usize = 512 << 20;
+
+/// Largest table any guest may have (pool slot size); per-contributor limits
+/// sit at or below it, so the limiter, not the pool, names an overrun.
+pub const MAX_TABLE_ELEMENTS: usize = 20_000;
+
+/// Core instances one component may create (a componentize-py guest
+/// creates 14, JS 3, Rust 3, C 2); a bigger component fails to load.
+pub const MAX_CORE_INSTANCES: usize = 32;
+
+/// Linear memories one component may define, in all its core modules; a
+/// bigger component fails to load, naming this limit. Every guest seen
+/// (Rust, C, JS, Python) defines one: its core modules share it.
+pub const MAX_MEMORIES: usize = 2;
+
+/// Tables one component may define, in all its core modules (the
+/// component-model shims add a few to the guest's own).
+pub const MAX_TABLES: usize = 16;
+
+/// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
+/// an engine setting, so it is the same for every contributor.
+pub const MAX_WASM_STACK: usize = 512 << 10;
+
+/// Bytes of each freed linear memory and table kept resident and reset in
+/// place, when the kernel can tell which pages were written: at most this much
+/// RSS per pool slot that has been used (a Rust guest writes a few hundred KiB;
+/// JS and Python guests gained nothing from more).
+const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+
+/// Builds the engine: Cranelift, component model, epoch interruption, and the
+/// pooling allocator, falling back to on-demand allocation (and saying why)
+/// where the pool's address space cannot be reserved.
+pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
+    let mut config = base_config();
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(MAX_LIVE_INSTANCES)
+        // Per-component caps are checked when a component loads, so a
+        // component with many memories is refused by name instead of taking
+        // the pool's slots from everyone else; the totals give every live
+        // instance its full share, so no instance can exhaust the pool.
+        .max_core_instances_per_component(MAX_CORE_INSTANCES as u32)
+        .total_core_instances(MAX_LIVE_INSTANCES * MAX_CORE_INSTANCES as u32)
+        .max_memories_per_component(MAX_MEMORIES as u32)
+        .total_memories(MAX_LIVE_INSTANCES * MAX_MEMORIES as u32)
+        .max_tables_per_component(MAX_TABLES as u32)
+        .total_tables(MAX_LIVE_INSTANCES * MAX_TABLES as u32)
+        .total_stacks(MAX_LIVE_INSTANCES)
+        .max_memory_size(MAX_MEMORY_BYTES)
+        .table_elements(MAX_TABLE_ELEMENTS);
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        // Reset a freed slot by copying back only the pages the guest wrote
+        // (found with the PAGEMAP_SCAN ioctl, Linux 6.7+) instead of
+        // madvise(DONTNEED) over it all: no syscall and no cross-CPU TLB
+        // shootdown per memory and table, and no page faults when the next
+        // instance touches the same pages. This halves a Rust guest's call
+        // (BENCHMARKS.md). Written pages past the bound are decommitted as
+        // before. Without the ioctl, keep-resident would `memset` the whole
+        // bound on every free, so it stays off.
+        pool.pagemap_scan(Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .table_keep_resident(KEEP_RESIDENT_BYTES);
+    }
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let (engine, allocator) = match Engine::new(&config) {
+        Ok(engine) => (engine, Allocator::Pooling),
+        Err(err) => {
+            let reason = format!("{err:#}");
+            tracing::warn!("pooling allocator unavailable ({reason}); using on-demand allocation");
+            (Engine::new(&base_config())?, Allocator::OnDemand { reason })
+        }
+    };
+    start_epoch_ticker(&engine);
+    Ok((engine, allocator))
+}
+
+/// The engine configuration minus the instance allocator: what the compile
+/// helper builds its engine from, so its artifacts fit this engine.
+pub(crate) fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    // Fuel is metered always (no measurable cost here); a store without a
+    // budget gets u64::MAX.
+    config.consume_fuel(true);
+    config.max_wasm_stack(MAX_WASM_STACK);
+    config
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    let spawned = std::thread::Builder::new()
+        .name("dsh-env-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+    if let Err(err) = spawned {
+        // Without a ticker, the host-side timeout still bounds every call.
+        tracing::warn!("cannot start the epoch ticker: {err}");
+    }
+}
+
+/// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.
+pub fn deadline_ticks(deadline: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_nanos();
+    (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+}

@@ -1,0 +1,428 @@
+//! The environment a command's child gets: a pure function of the inherited
+//! environment, the caller's ordinary env and the overlay.
+//!
+//! The child's environment is built in this order, later entries winning:
+//! 1. the inherited environment, minus every `DSH_*` name (case-insensitive)
+//!    and minus credentials, by the table of [`ScrubPolicy`];
+//! 2. the terminal settings for model-driven shells ([`TERMINAL_SETTINGS`]);
+//! 3. the caller's ordinary `env` (no `DSH_*` name allowed);
+//! 4. the overlay.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+
+use crate::key::is_managed_name;
+use crate::overlay::Overlay;
+
+/// Settings that keep model-driven shells plain: no colour, no pager.
+pub const TERMINAL_SETTINGS: [(&str, &str); 4] = [
+    ("NO_COLOR", "1"),
+    ("TERM", "dumb"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+];
+
+/// Whole `_`-separated parts of a name, compared case-insensitively, that
+/// make an inherited variable a credential: `API_KEY` and `GH_PAT` go, while
+/// `KEYBOARD`, `TOKENIZERS_PARALLELISM` and `SECRETARY` stay.
+pub const CREDENTIAL_NAME_PARTS: [&str; 16] = [
+    "KEY",
+    "APIKEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "PASSPHRASE",
+    "PWD",
+    "AUTH",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "JWT",
+    "PAT",
+    "COOKIE",
+    "DSN",
+];
+
+/// Whole names (case-insensitive) of credentials that no name part catches.
+pub const KNOWN_CREDENTIAL_NAMES: [&str; 2] = ["PGPASSWORD", "SSHPASS"];
+
+/// Names a name part would catch that hold no secret, kept by default:
+/// the shell's own `PWD` and `OLDPWD`; `SSH_AUTH_SOCK`, a capability rather
+/// than a secret (the agent's socket lets the child ask for signatures, never
+/// read a key, and scrubbing it breaks `git push` over ssh); and `pass(1)`'s
+/// settings under `PASSWORD_STORE_` (paths, key ids, options). A
+/// [`ScrubPolicy`] can scrub any of them by name.
+pub const KEPT_NAMES: [&str; 3] = ["PWD", "OLDPWD", "SSH_AUTH_SOCK"];
+
+/// The name prefix of `pass(1)`'s settings, kept like [`KEPT_NAMES`].
+const PASSWORD_STORE_PREFIX: &str = "PASSWORD_STORE_";
+
+/// Why an inherited variable was kept out of the child. Never holds the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScrubReason {
+    /// In the managed `DSH_*` namespace: only the overlay may set it.
+    ManagedNamespace,
+    /// The name is not UTF-8, so no rule can read it.
+    NonUtf8Name,
+    /// Named by the caller's [`ScrubPolicy`].
+    Policy,
+    /// One of [`KNOWN_CREDENTIAL_NAMES`].
+    KnownName,
+    /// A whole part of the name is one of [`CREDENTIAL_NAME_PARTS`].
+    NamePart(&'static str),
+    /// The value holds a URL with a password: `scheme://user:password@host`.
+    UrlPassword,
+}
+
+impl ScrubReason {
+    /// A stable identifier of the rule, for JSON.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            ScrubReason::ManagedNamespace => "managed-namespace",
+            ScrubReason::NonUtf8Name => "non-utf8-name",
+            ScrubReason::Policy => "policy",
+            ScrubReason::KnownName => "known-name",
+            ScrubReason::NamePart(_) => "name-part",
+            ScrubReason::UrlPassword => "url-password",
+        }
+    }
+}
+
+impl std::fmt::Display for ScrubReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScrubReason::ManagedNamespace => {
+                f.write_str("managed DSH_* namespace: only the overlay sets it")
+            }
+            ScrubReason::NonUtf8Name => f.write_str("name is not UTF-8"),
+            ScrubReason::Policy => f.write_str("named in the scrub policy"),
+            ScrubReason::KnownName => f.write_str("known credential name"),
+            ScrubReason::NamePart(part) => write!(f, "name part `{part}`"),
+            ScrubReason::UrlPassword => f.write_str("password in a URL value"),
+        }
+    }
+}
+
+/// Which inherited variables a child does not get. The default is the
+/// documented table: the `DSH_*` namespace, [`KNOWN_CREDENTIAL_NAMES`],
+/// [`CREDENTIAL_NAME_PARTS`], and values with a password in a URL, minus
+/// [`KEPT_NAMES`]. A caller can scrub more names, or keep some the
+/// credential rules would scrub; nothing keeps a `DSH_*` name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubPolicy {
+    /// Also scrubbed, compared case-insensitively (e.g. `SSH_AUTH_SOCK`).
+    pub scrub: BTreeSet<String>,
+    /// Kept although a credential rule would scrub them, compared exactly.
+    pub keep: BTreeSet<String>,
+}
+
+impl ScrubPolicy {
+    /// The default table, also scrubbing `names`.
+    pub fn also_scrubbing<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        ScrubPolicy {
+            scrub: names.into_iter().map(Into::into).collect(),
+            keep: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the inherited variable `name=value` is scrubbed, and by which rule.
+    pub fn reason(&self, name: &OsStr, value: &OsStr) -> Option<ScrubReason> {
+        let Some(name) = name.to_str() else {
+            return Some(ScrubReason::NonUtf8Name);
+        };
+        if is_managed_name(name) {
+            return Some(ScrubReason::ManagedNamespace);
+        }
+        if self.scrub.iter().any(|s| s.eq_ignore_ascii_case(name)) {
+            return Some(ScrubReason::Policy);
+        }
+        if self.keep.contains(name)
+            || KEPT_NAMES.contains(&name)
+            || name.starts_with(PASSWORD_STORE_PREFIX)
+        {
+            return None;
+        }
+        if KNOWN_CREDENTIAL_NAMES
+            .iter()
+            .any(|known| known.eq_ignore_ascii_case(name))
+        {
+            return Some(ScrubReason::KnownName);
+        }
+        for part in name.split('_') {
+            if let Some(word) = CREDENTIAL_NAME_PARTS
+                .iter()
+                .find(|word| word.eq_ignore_ascii_case(part))
+            {
+                return Some(ScrubReason::NamePart(word));
+            }
+        }
+        has_url_password(&value.to_string_lossy()).then_some(ScrubReason::UrlPassword)
+    }
+}
+
+/// Whether `value` holds `scheme://user:password@` (a non-empty password)
+/// anywhere, e.g. `postgres://app:pw@db/x` but not `http://proxy:3128`.
+fn has_url_password(value: &str) -> bool {
+    value.match_indices("://").any(|(at, _)| {
+        let scheme = value[..at]
+            .rsplit(|c: char| !(c.is_ascii_alphanumeric() || "+.-".contains(c)))
+            .next()
+            .unwrap_or_default();
+        let authority = value[at + 3..]
+            .split(|c: char| "/?#".contains(c) || c.is_whitespace())
+            .next()
+            .unwrap_or_default();
+        let userinfo = authority.rsplit_once('@').map(|(userinfo, _)| userinfo);
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && userinfo
+                .and_then(|userinfo| userinfo.split_once(':'))
+                .is_some_and(|(_, password)| !password.is_empty())
+    })
+}
+
+/// Whether the inherited variable `name=value` is scrubbed under the default
+/// [`ScrubPolicy`], and why.
+pub fn scrub_reason(name: &OsStr, value: &OsStr) -> Option<ScrubReason> {
+    ScrubPolicy::default().reason(name, value)
+}
+/// Why the caller's ordinary `env` cannot be given to a child.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// The ordinary `env` held a managed name.
+    #[error("env variable `{0}` is in the managed DSH_* namespace; only the overlay may set it")]
+    ManagedNameInEnv(String),
+    /// An `env` name that cannot be a variable name.
+    #[error("env variable name `{0}` is invalid (empty, or holds `=` or NUL)")]
+    InvalidName(String),
+    /// An `env` value with a NUL byte.
+    #[error("env variable `{0}` has a NUL byte in its value")]
+    NulInValue(String),
+}
+
+/// The child's environment, in spawn order. `inherited` is normally
+/// `std::env::vars_os()`, less what `scrub` removes (names that are not
+/// UTF-8 always).
+pub fn child_environment(
+    inherited: impl IntoIterator<Item = (OsString, OsString)>,
+    env: &BTreeMap<String, String>,
+    dsh_env: &Overlay,
+    scrub: &ScrubPolicy,
+) -> Result<BTreeMap<OsString, OsString>, EnvError> {
+    for (name, value) in env {
+        if is_managed_name(name) {
+            return Err(EnvError::ManagedNameInEnv(name.clone()));
+        }
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(EnvError::InvalidName(name.clone()));
+        }
+        if value.contains('\0') {
+            return Err(EnvError::NulInValue(name.clone()));
+        }
+    }
+    let mut child: BTreeMap<OsString, OsString> = inherited
+        .into_iter()
+        .filter(|(name, value)| scrub.reason(name, value).is_none())
+        .collect();
+    child.extend(TERMINAL_SETTINGS.iter().map(|(k, v)| (k.into(), v.into())));
+    child.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
+    child.extend(dsh_env.iter().map(|(k, v)| (k.as_str().into(), v.into())));
+    Ok(child)
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    fn reason(name: &str, value: &str) -> Option<ScrubReason> {
+        scrub_reason(OsStr::new(name), OsStr::new(value))
+    }
+
+    #[test]
+    fn the_scrub_table_removes_credentials() {
+        use ScrubReason::*;
+        let removed = [
+            ("DSH_STALE", "x", ManagedNamespace),
+            ("dsh_lower", "x", ManagedNamespace),
+            ("MY_API_TOKEN", "t", NamePart("TOKEN")),
+            ("aws_secret_access_key", "k", NamePart("SECRET")),
+            ("DB_PASSWORD", "p", NamePart("PASSWORD")),
+            ("MYSQL_PWD", "p", NamePart("PWD")),
+            ("DB_PASSWD", "p", NamePart("PASSWD")),
+            ("SMTP_PASS", "p", NamePart("PASS")),
+            ("BORG_PASSPHRASE", "p", NamePart("PASSPHRASE")),
+            ("CI_JOB_JWT", "j", NamePart("JWT")),
+            ("DOCKER_AUTH_CONFIG", "{}", NamePart("AUTH")),
+            ("GH_PAT", "g", NamePart("PAT")),
+            ("NPM_AUTH", "n", NamePart("AUTH")),
+            (
+                "GOOGLE_APPLICATION_CREDENTIALS",
+                "/k.json",
+                NamePart("CREDENTIALS"),
+            ),
+            ("GIT_CREDENTIAL", "c", NamePart("CREDENTIAL")),
+            ("SESSION_COOKIE", "c", NamePart("COOKIE")),
+            ("OPENAI_APIKEY", "k", NamePart("APIKEY")),
+            ("SENTRY_DSN", "https://k@o.ingest/1", NamePart("DSN")),
+            ("SSH_KEY_PATH", "/k", NamePart("KEY")),
+            ("api_key", "k", NamePart("KEY")),
+            ("PGPASSWORD", "p", KnownName),
+            ("sshpass", "p", KnownName),
+            ("DATABASE_URL", "postgres://user:pw@host/db", UrlPassword),
+            ("HTTPS_PROXY", "http://user:pw@proxy", UrlPassword),
+            ("MIRRORS", "ftp://a, https://u:p@b:8080/x", UrlPassword),
+            ("REMOTE", "git+ssh://:tok@host", UrlPassword),
+        ];
+        for (name, value, expected) in removed {
+            assert_eq!(reason(name, value), Some(expected), "{name}={value}");
+        }
+    }
+
+    #[test]
+    fn the_scrub_table_keeps_look_alikes() {
+        let kept = [
+            ("PATH", "/bin"),
+            ("TOKENIZERS_PARALLELISM", "false"),
+            ("KEYBOARD", "us"),
+            ("SECRETARY", "x"),
+            ("PASSWORD_STORE_DIR", "/p"),
+            ("PASSWORD_STORE_KEY", "0xABCD"),
+            ("PWD", "/w"),
+            ("OLDPWD", "/v"),
+            ("SSH_AUTH_SOCK", "/run/agent.sock"),
+            ("GIT_ASKPASS", "/bin/askpass"),
+            ("HTTPS_PROXY", "http://proxy:3128"),
+            ("HTTP_PROXY", "http://user@proxy:3128"),
+            ("NO_PROXY", "localhost,127.0.0.1"),
+            ("NOTE", "see https://example.test/a:b@c"),
+            ("FTP_MIRROR", "ftp://anonymous:@host"),
+            ("XAUTHORITY", "/x"),
+        ];
+        for (name, value) in kept {
+            assert_eq!(reason(name, value), None, "{name}={value}");
+        }
+        assert_eq!(
+            ScrubPolicy::default().reason(
+                std::os::unix::ffi::OsStrExt::from_bytes(b"BAD\xff"),
+                OsStr::new("x")
+            ),
+            Some(ScrubReason::NonUtf8Name)
+        );
+    }
+
+    #[test]
+    fn a_policy_scrubs_more_or_keeps_a_credential_but_never_dsh() {
+        let policy = ScrubPolicy {
+            scrub: ["ssh_auth_sock".to_string()].into(),
+            keep: ["GH_TOKEN".to_string(), "DSH_X".to_string()].into(),
+        };
+        let of = |name: &str| policy.reason(OsStr::new(name), OsStr::new("v"));
+        assert_eq!(of("SSH_AUTH_SOCK"), Some(ScrubReason::Policy));
+        assert_eq!(of("GH_TOKEN"), None);
+        assert_eq!(of("gh_token"), Some(ScrubReason::NamePart("TOKEN")));
+        assert_eq!(of("DSH_X"), Some(ScrubReason::ManagedNamespace));
+        let ssh = ScrubPolicy::also_scrubbing(["SSH_AUTH_SOCK"]);
+        let built = child_environment(
+            vars(&[("SSH_AUTH_SOCK", "/s"), ("PATH", "/bin")]),
+            &BTreeMap::new(),
+            &Overlay::default(),
+            &ssh,
+        )
+        .unwrap();
+        assert!(!built.contains_key(OsStr::new("SSH_AUTH_SOCK")));
+        assert!(built.contains_key(OsStr::new("PATH")));
+    }
+
+    #[test]
+    fn reasons_name_the_rule_never_the_value() {
+        let shown = [
+            (
+                ScrubReason::NamePart("TOKEN"),
+                "name-part",
+                "name part `TOKEN`",
+            ),
+            (
+                ScrubReason::KnownName,
+                "known-name",
+                "known credential name",
+            ),
+            (
+                ScrubReason::UrlPassword,
+                "url-password",
+                "password in a URL value",
+            ),
+            (
+                ScrubReason::ManagedNamespace,
+                "managed-namespace",
+                "managed DSH_* namespace: only the overlay sets it",
+            ),
+        ];
+        for (reason, rule, text) in shown {
+            assert_eq!((reason.rule(), reason.to_string().as_str()), (rule, text));
+        }
+    }
+
+    #[test]
+    fn environment_order_is_inherited_terminal_env_overlay() {
+        let inherited = vars(&[
+            ("PATH", "/bin"),
+            ("TERM", "xterm"),
+            ("DSH_OLD", "x"),
+            ("GH_TOKEN", "t"),
+        ]);
+        let env = BTreeMap::from([
+            ("PAGER".to_string(), "less".to_string()),
+            ("GH_TOKEN".to_string(), "explicit".to_string()),
+        ]);
+        let built = child_environment(
+            inherited,
+            &env,
+            &Overlay::default(),
+            &ScrubPolicy::default(),
+        )
+        .unwrap();
+        let get = |k: &str| built.get(&OsString::from(k)).map(|v| v.to_str().unwrap());
+        assert_eq!(get("PATH"), Some("/bin"));
+        assert_eq!(
+            get("TERM"),
+            Some("dumb"),
+            "terminal settings beat inherited"
+        );
+        assert_eq!(
+            get("PAGER"),
+            Some("less"),
+            "the caller's env beats terminal settings"
+        );
+        assert_eq!(
+            get("GH_TOKEN"),
+            Some("explicit"),
+            "a deliberately passed credential survives"
+        );
+        assert_eq!(get("DSH_OLD"), None);
+    }
+
+    #[test]
+    fn managed_or_malformed_env_is_refused() {
+        let refuse = |name: &str, value: &str| {
+            let env = BTreeMap::from([(name.to_string(), value.to_string())]);
+            child_environment(
+                vars(&[]),
+                &env,
+                &Overlay::default(),
+                &ScrubPolicy::default(),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert_eq!(
+            refuse("DSH_X", "1"),
+            "env variable `DSH_X` is in the managed DSH_* namespace; only the overlay may set it"
+        );
+        assert!(refuse("dsh_x", "1").contains("`dsh_x` is in the managed"));
+        assert!(refuse("A=B", "1").contains("invalid"));
+        assert!(refuse("A", "x\0y").contains("NUL"));
+    }
+}

@@ -1,0 +1,680 @@
+//! The registry: which contributors exist, which keys each owns, and
+//! `collect`, which turns one execution into one overlay.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::cache::ArtifactCache;
+use crate::compile::Compiler;
+use crate::declaration::{
+    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
+};
+use crate::execution::ToolExecution;
+use crate::home::DshHome;
+use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
+use crate::limits::Limits;
+use crate::manifest::{CwdGrant, Manifest, OnError};
+use crate::overlay::Overlay;
+use crate::runtime::{Runtime, RuntimeError};
+use crate::sandbox::{
+    Call, ContributorComponent, Grants, GuestFailure, LoadError, Phase, Preparation, Prepared,
+    Source,
+};
+
+/// The owner shown for dsh-env's built-in keys.
+pub const BUILTIN_OWNER: &str = "dsh-env";
+
+/// A trusted, in-process contributor: harness facts, or a benchmark baseline.
+pub trait NativeContributor: Send + Sync + 'static {
+    /// Its name and keys, checked by the same rules as a component's.
+    fn declare(&self) -> RawDeclaration;
+    /// The pairs for one execution, checked like a component's output.
+    fn resolve(&self, execution: &ToolExecution) -> Result<Vec<(String, String)>, String>;
+}
+
+/// Why a contributor failed, naming it, the phase, and the cause.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("contributor `{contributor}`{keys} failed in {phase}: {cause}")]
+pub struct ContributorError {
+    /// The contributor (its declared name, or its origin before it declared).
+    pub contributor: String,
+    /// `declare` or `resolve`.
+    pub phase: Phase,
+    /// What went wrong.
+    pub cause: FailureCause,
+    keys: KeysNote,
+}
+
+/// The root cause of a contributor failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FailureCause {
+    /// The guest trapped, overran a limit, or returned `err`.
+    #[error(transparent)]
+    Guest(#[from] GuestFailure),
+    /// The guest's output broke a rule.
+    #[error(transparent)]
+    Output(#[from] OutputProblem),
+}
+
+/// The declared keys, so that a failure names what went missing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct KeysNote(String);
+
+impl fmt::Display for KeysNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, " (keys {})", self.0)
+        }
+    }
+}
+
+/// Why a registration was refused. A refused registration changes nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    /// The component could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// `declare` failed.
+    #[error(transparent)]
+    Contributor(#[from] ContributorError),
+    /// The declaration broke a rule.
+    #[error(transparent)]
+    Declaration(#[from] DeclarationError),
+    /// A manifest entry is invalid.
+    #[error("manifest {manifest}, contributor {entry}: {message}")]
+    ManifestEntry {
+        /// The manifest file.
+        manifest: String,
+        /// The entry's `path`.
+        entry: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// An overlay, and the contributors left out of it under `on_error = "omit"`.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    /// The overlay.
+    pub overlay: Overlay,
+    /// Failures that were omitted rather than failing the execution.
+    pub omitted: Vec<ContributorError>,
+}
+
+/// One row of [`Registry::list`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyListing {
+    /// The key.
+    pub key: DshKey,
+    /// Its owner: a contributor's name, or [`BUILTIN_OWNER`].
+    pub owner: String,
+    /// What it means.
+    pub description: String,
+}
+
+enum Resolver {
+    Wasm(Box<WasmResolver>),
+    Native(Arc<dyn NativeContributor>),
+}
+
+/// A registered component, and the instance made ahead of its next call.
+struct WasmResolver {
+    component: ContributorComponent,
+    /// Filled by [`Registry::prepare`], taken by one `collect`.
+    ready: Mutex<Option<Prepared>>,
+    /// Set when the component cannot be prepared ahead (a cwd grant, or a
+    /// failed instantiation), so it is not tried again.
+    unsuitable: AtomicBool,
+}
+
+impl WasmResolver {
+    fn ready(&self) -> std::sync::MutexGuard<'_, Option<Prepared>> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Entry {
+    id: u64,
+    declaration: Declaration,
+    resolver: Resolver,
+    limits: Limits,
+    on_error: OnError,
+}
+
+struct Inner {
+    runtime: Runtime,
+    home: DshHome,
+    cache: ArtifactCache,
+    compiler: Compiler,
+    /// Replaced whole on every change, so `collect` works on a stable snapshot.
+    contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
+    next_id: AtomicU64,
+}
+
+/// Registered contributors, and the engine that runs them. Cheap to clone.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+/// A live registration. Dropping it (or [`Registration::dispose`]) removes the
+/// contributor and frees its keys.
+#[must_use = "dropping a Registration unregisters the contributor"]
+pub struct Registration {
+    registry: Weak<Inner>,
+    name: String,
+    id: u64,
+}
+
+impl Registration {
+    /// The registered contributor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Removes the contributor now.
+    pub fn dispose(self) {}
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(inner) = self.registry.upgrade() {
+            inner
+                .update(|map| {
+                    if map.get(&self.name).is_some_and(|e| e.id == self.id) {
+                        map.remove(&self.name);
+                    }
+                    Ok::<(), ()>(())
+                })
+                .ok();
+        }
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> Arc<BTreeMap<String, Arc<Entry>>> {
+        self.contributors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies `change` to a copy of the map and installs it only on success.
+    fn update<E>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, Arc<Entry>>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut current = self
+            .contributors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = BTreeMap::clone(&current);
+        change(&mut next)?;
+        *current = Arc::new(next);
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// An empty registry, in a runtime of its own, whose overlays carry
+    /// `home` as `DSH_HOME`, and which keeps precompiled components under
+    /// `home/cache`. An embedder with more than one registry should share a
+    /// [`Runtime`] through [`Registry::with_runtime`].
+    pub fn new(home: DshHome) -> Result<Self, RuntimeError> {
+        let cache = ArtifactCache::new(home.path().join("cache"));
+        Ok(Self::with_runtime(&Runtime::new()?, home, cache))
+    }
+
+    /// An empty registry that runs its contributors in `runtime`, whose
+    /// overlays carry `home`, with precompiled components kept in `cache`
+    /// (e.g. one shared by short-lived homes).
+    pub fn with_runtime(runtime: &Runtime, home: DshHome, cache: ArtifactCache) -> Self {
+        Registry {
+            inner: Arc::new(Inner {
+                runtime: runtime.clone(),
+                cache,
+                compiler: Compiler::default(),
+                home,
+                contributors: Mutex::default(),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The home every overlay carries.
+    pub fn home(&self) -> &DshHome {
+        &self.inner.home
+    }
+
+    /// The runtime this registry runs its contributors in.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// Compiles a component from a file under the default compile limits,
+    /// or maps it from the cache when the file is unchanged since it was
+    /// compiled.
+    pub fn load_file(&self, path: &Path) -> Result<ContributorComponent, LoadError> {
+        self.load_file_with(path, &Limits::default())
+    }
+
+    /// [`Registry::load_file`] under `limits`' compile limits; the component
+    /// carries `limits`.
+    pub fn load_file_with(
+        &self,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        let origin = path.display().to_string();
+        self.load(&origin, Source::File(path), limits)
+    }
+
+    /// Compiles a component from bytes (or takes it from the cache) under
+    /// the default compile limits; `origin` names it in errors.
+    pub fn load_bytes(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+    ) -> Result<ContributorComponent, LoadError> {
+        self.load_bytes_with(origin, bytes, &Limits::default())
+    }
+
+    /// [`Registry::load_bytes`] under `limits`' compile limits; the
+    /// component carries `limits`.
+    pub fn load_bytes_with(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        self.load(origin, Source::Bytes(bytes), limits)
+    }
+
+    fn load(
+        &self,
+        origin: &str,
+        source: Source<'_>,
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        let inner = &self.inner;
+        (inner.runtime.sandbox).load(origin, source, &inner.cache, &inner.compiler, limits)
+    }
+
+    /// Compiles components with the helper at `path` (see
+    /// [`crate::compile`]) instead of looking for `dsh-env-compile`.
+    pub fn set_compiler(&self, path: impl Into<PathBuf>) {
+        self.inner.compiler.set_helper(path.into());
+    }
+
+    /// The precompiled-artifact cache.
+    pub fn cache(&self) -> &ArtifactCache {
+        &self.inner.cache
+    }
+
+    /// Registers every contributor of `manifest`, all or nothing: on the
+    /// first failure (in manifest order), the ones already registered are
+    /// removed again. Components are loaded in parallel, then registered in
+    /// order.
+    pub async fn register_manifest(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<Vec<Registration>, RegistryError> {
+        let loaded: Vec<Result<ContributorComponent, RegistryError>> =
+            parallel_map(&manifest.contributors, |entry| {
+                let invalid = |message| RegistryError::ManifestEntry {
+                    manifest: manifest.origin.clone(),
+                    entry: entry.path.display().to_string(),
+                    message,
+                };
+                let limits = entry.limits().map_err(invalid)?;
+                let config = entry.config().map_err(invalid)?;
+                let grants = Grants {
+                    env: (entry.grants.env.iter())
+                        .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+                        .collect(),
+                    cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
+                };
+                Ok(self
+                    .load_file_with(&manifest.component_path(entry), &limits)?
+                    .with_config(config)
+                    .with_grants(grants)
+                    .with_on_error(entry.on_error))
+            });
+        let mut registrations = Vec::with_capacity(loaded.len());
+        for component in loaded {
+            registrations.push(self.register(component?).await?);
+        }
+        Ok(registrations)
+    }
+
+    /// Calls `declare` once, in a sandbox (or takes what the same component
+    /// with the same config, grants and limits declared before, from the
+    /// cache), checks the declaration, and registers the component.
+    pub async fn register(
+        &self,
+        component: ContributorComponent,
+    ) -> Result<Registration, RegistryError> {
+        let raw = self.remembered_declaration(&component).await?;
+        let (limits, on_error) = (component.limits().clone(), component.on_error());
+        let resolver = Resolver::Wasm(Box::new(WasmResolver {
+            component,
+            ready: Mutex::default(),
+            unsuitable: AtomicBool::new(false),
+        }));
+        self.insert(raw, resolver, limits, on_error)
+    }
+
+    /// Runs `declare` and reports every rule the declaration breaks, alone
+    /// and against the registered contributors, without registering it.
+    pub async fn check(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<(RawDeclaration, Vec<DeclarationError>), ContributorError> {
+        let raw = self.declare(component).await?;
+        let mut problems = Declaration::problems(&raw, component.limits());
+        if problems.is_empty() {
+            let declaration = Declaration::validate(raw.clone(), component.limits());
+            if let Err(conflict) =
+                declaration.and_then(|d| check_against(&d, &self.inner.snapshot()))
+            {
+                problems.push(conflict);
+            }
+        }
+        Ok((raw, problems))
+    }
+
+    /// [`Registry::declare`], remembered in the cache.
+    async fn remembered_declaration(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, ContributorError> {
+        let (cache, engine) = (&self.inner.cache, self.inner.runtime.sandbox.engine());
+        let key = component.declaration_key();
+        if let Some(raw) = cache.declaration(engine, &key) {
+            return Ok(raw);
+        }
+        let raw = self.declare(component).await?;
+        cache.store_declaration(engine, &key, &raw);
+        Ok(raw)
+    }
+
+    async fn declare(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, ContributorError> {
+        self.inner
+            .runtime
+            .sandbox
+            .declare(component)
+            .await
+            .map_err(|failure| ContributorError {
+                contributor: component.origin().to_string(),
+                phase: Phase::Declare,
+                cause: failure.into(),
+                keys: KeysNote::default(),
+            })
+    }
+
+    /// Registers a trusted in-process contributor under the same rules.
+    pub fn register_native(
+        &self,
+        contributor: Arc<dyn NativeContributor>,
+    ) -> Result<Registration, RegistryError> {
+        let raw = contributor.declare();
+        self.insert(
+            raw,
+            Resolver::Native(contributor),
+            Limits::default(),
+            OnError::Fail,
+        )
+    }
+
+    fn insert(
+        &self,
+        raw: RawDeclaration,
+        resolver: Resolver,
+        limits: Limits,
+        on_error: OnError,
+    ) -> Result<Registration, RegistryError> {
+        let declaration = Declaration::validate(raw, &limits)?;
+        let name = declaration.name().to_string();
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(Entry {
+            id,
+            declaration,
+            resolver,
+            limits,
+            on_error,
+        });
+        self.inner.update(|map| {
+            check_against(&entry.declaration, map)?;
+            map.insert(name.clone(), entry);
+            Ok::<(), DeclarationError>(())
+        })?;
+        Ok(Registration {
+            registry: Arc::downgrade(&self.inner),
+            name,
+            id,
+        })
+    }
+
+    /// Every key, built-ins included, sorted, with owner and description. Runs
+    /// no resolver.
+    pub fn list(&self) -> Vec<KeyListing> {
+        let builtin = |key: &str, description: &str| KeyListing {
+            key: DshKey::new(key).expect("built-in keys are valid"),
+            owner: BUILTIN_OWNER.into(),
+            description: description.into(),
+        };
+        let mut rows = vec![
+            builtin(DSH_HOME, "The harness home directory (absolute)."),
+            builtin(DSH_SHELL, "Always 1: this shell was started by dsh-env."),
+            builtin(
+                DSH_SESSION_ID,
+                "The calling agent's session id; absent for a call with no agent.",
+            ),
+        ];
+        for entry in self.inner.snapshot().values() {
+            rows.extend(
+                entry
+                    .declaration
+                    .keys()
+                    .map(|(key, description)| KeyListing {
+                        key: key.clone(),
+                        owner: entry.declaration.name().to_string(),
+                        description: description.to_string(),
+                    }),
+            );
+        }
+        rows.sort_by(|a, b| a.key.cmp(&b.key));
+        rows
+    }
+
+    /// Builds the overlay for one execution: the built-ins, then every
+    /// contributor (in name order) resolved in a fresh instance. The set of
+    /// contributors is the one registered when the call starts.
+    pub async fn collect(&self, execution: &ToolExecution) -> Result<Overlay, ContributorError> {
+        Ok(self.collect_report(execution).await?.overlay)
+    }
+
+    /// Does the work `collect` leaves for later, so that it is off the
+    /// caller's path: drops the instances of finished calls, then makes one
+    /// fresh instance of each contributor that has none ready, for its next
+    /// call. An instance serves one call and is never reused. The bash tool
+    /// runs this while its child starts; without it, `collect` instantiates
+    /// at the call and drops finished instances once 32 wait.
+    pub async fn prepare(&self) {
+        self.inner.runtime.sandbox.reclaim();
+        for entry in self.inner.snapshot().values() {
+            let Resolver::Wasm(wasm) = &entry.resolver else {
+                continue;
+            };
+            if wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some() {
+                continue;
+            }
+            match self.inner.runtime.sandbox.prepare(&wasm.component).await {
+                // A concurrent `prepare` may have filled it meanwhile; then
+                // this one is dropped.
+                Preparation::Ready(prepared) => {
+                    let mut ready = wasm.ready();
+                    if ready.is_none() {
+                        *ready = Some(prepared);
+                    }
+                }
+                Preparation::Busy => break,
+                Preparation::Unsuitable => wasm.unsuitable.store(true, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// How many contributors have an instance made ahead of their next call.
+    pub fn prepared(&self) -> usize {
+        let snapshot = self.inner.snapshot();
+        let ready = |entry: &&Arc<Entry>| match &entry.resolver {
+            Resolver::Wasm(wasm) => wasm.ready().is_some(),
+            Resolver::Native(_) => false,
+        };
+        snapshot.values().filter(ready).count()
+    }
+
+    /// [`Registry::collect`], also reporting the contributors that failed
+    /// under `on_error = "omit"` and were left out.
+    pub async fn collect_report(
+        &self,
+        execution: &ToolExecution,
+    ) -> Result<Collection, ContributorError> {
+        let mut omitted = Vec::new();
+        let snapshot = self.inner.snapshot();
+        let mut overlay = BTreeMap::new();
+        let builtin = |key: &str| DshKey::new(key).expect("built-in keys are valid");
+        // `DshHome` refuses control characters when it is made, and `1` is
+        // `1`; only the session id comes from the caller, checked by the
+        // value rules: a Rust caller can build a `ToolExecution` whose
+        // session id holds a newline, or a megabyte.
+        overlay.insert(builtin(DSH_HOME), self.inner.home.as_str().to_string());
+        overlay.insert(builtin(DSH_SHELL), "1".to_string());
+        if let Some(agent) = &execution.agent {
+            let max_value_bytes = Limits::default().max_value_bytes;
+            check_value(DSH_SESSION_ID, &agent.session_id, max_value_bytes).map_err(|problem| {
+                ContributorError {
+                    contributor: BUILTIN_OWNER.to_string(),
+                    phase: Phase::Resolve,
+                    cause: problem.into(),
+                    keys: KeysNote::default(),
+                }
+            })?;
+            overlay.insert(builtin(DSH_SESSION_ID), agent.session_id.clone());
+        }
+        // Converted for the guests once, when the first one needs it.
+        let mut call = None;
+        for entry in snapshot.values() {
+            let fail = |cause: FailureCause| ContributorError {
+                contributor: entry.declaration.name().to_string(),
+                phase: Phase::Resolve,
+                cause,
+                keys: KeysNote(entry.declaration.key_list()),
+            };
+            let pairs = match &entry.resolver {
+                Resolver::Wasm(wasm) => {
+                    let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                    let call = call.get_or_insert_with(|| Call::new(execution));
+                    let sandbox = &self.inner.runtime.sandbox;
+                    sandbox.resolve(&wasm.component, name, call, prepared).await
+                }
+                Resolver::Native(native) => {
+                    native.resolve(execution).map_err(GuestFailure::GuestError)
+                }
+            };
+            let checked = pairs
+                .map_err(FailureCause::from)
+                .and_then(|pairs| {
+                    (entry.declaration)
+                        .check_output(pairs, &entry.limits)
+                        .map_err(FailureCause::from)
+                })
+                .map_err(fail);
+            match (checked, entry.on_error) {
+                (Ok(checked), _) => overlay.extend(checked),
+                (Err(err), OnError::Omit) => {
+                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                    omitted.push(err);
+                }
+                (Err(err), OnError::Fail) => return Err(err),
+            }
+        }
+        Ok(Collection {
+            overlay: Overlay::from(overlay),
+            omitted,
+        })
+    }
+}
+
+/// `f` over `items` on up to one thread per core, results in `items`' order.
+/// Loading is CPU-bound (deserializing a large component's metadata takes
+/// milliseconds), so a manifest loads about as fast as its largest component.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if workers <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break done };
+                done.push((i, f(item)));
+            }
+        };
+        let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for helper in helpers {
+            // A panic in `f` is a bug in the host, not guest input: pass it on.
+            all.extend(
+                helper
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            );
+        }
+        all
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The rules that need the other contributors: a unique name, unowned keys.
+fn check_against(
+    declaration: &Declaration,
+    registered: &BTreeMap<String, Arc<Entry>>,
+) -> Result<(), DeclarationError> {
+    let fail = |key: Option<&DshKey>, problem| DeclarationError {
+        contributor: declaration.name().to_string(),
+        key: key.map(DshKey::to_string),
+        problem,
+    };
+    if registered.contains_key(declaration.name()) {
+        return Err(fail(None, DeclarationProblem::DuplicateName));
+    }
+    for (key, _) in declaration.keys() {
+        if let Some(owner) = registered
+            .values()
+            .find(|e| e.declaration.declared(key.as_str()).is_some())
+        {
+            return Err(fail(
+                Some(key),
+                DeclarationProblem::KeyOwned {
+                    owner: owner.declaration.name().to_string(),
+                },
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! The runtime that registries share: one engine with its instance pool and
+//! epoch thread, the threads that run guests' file I/O, and the host-wide
+//! budgets of [`HostLimits`]. Build one per process and hand it to every
+//! [`crate::Registry`]: each engine reserves the pool's address space (about
+//! a terabyte of it), so one per registry soon runs out.
+
+use std::sync::Arc;
+
+use crate::limits::HostLimits;
+use crate::sandbox::Sandbox;
+
+/// How the engine allocates guest instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocator {
+    /// From the pre-reserved pool: fast, and bounded by its slots.
+    Pooling,
+    /// On demand, because the pool could not be reserved (`reason` says
+    /// why, e.g. a low `ulimit -v`). Calls still work, about twice as slow.
+    OnDemand {
+        /// Why the pool could not be set up.
+        reason: String,
+    },
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The WebAssembly engine or its linker could not be set up.
+    #[error("cannot set up the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The threads that run guests' file I/O could not be started.
+    #[error("cannot start the guest I/O threads: {0}")]
+    Threads(#[source] std::io::Error),
+}
+
+/// One engine, its pool and epoch thread, and the host-wide budgets, shared
+/// by any number of registries. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) sandbox: Arc<Sandbox>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("allocator", self.allocator())
+            .field("host_limits", self.host_limits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime under the default [`HostLimits`].
+    pub fn new() -> Result<Self, RuntimeError> {
+        Self::with_host_limits(HostLimits::default())
+    }
+
+    /// A runtime whose live instances together stay within `host_limits`.
+    pub fn with_host_limits(host_limits: HostLimits) -> Result<Self, RuntimeError> {
+        Ok(Runtime {
+            sandbox: Arc::new(Sandbox::new(host_limits)?),
+        })
+    }
+
+    /// How the engine allocates instances; an embedder should show the
+    /// reason when it is [`Allocator::OnDemand`].
+    pub fn allocator(&self) -> &Allocator {
+        self.sandbox.allocator()
+    }
+
+    /// The host-wide budgets this runtime enforces.
+    pub fn host_limits(&self) -> &HostLimits {
+        self.sandbox.host_limits()
+    }
+
+    /// Guest memory (linear memories and tables) that live instances, and
+    /// finished ones not dropped yet, hold now, in bytes: what
+    /// [`HostLimits::memory_budget_bytes`] bounds.
+    pub fn guest_memory(&self) -> usize {
+        self.sandbox.memory_in_use()
+    }
+
+    /// Guest memory that finished instances not dropped yet hold, in bytes:
+    /// what [`HostLimits::retired_bytes`] bounds.
+    pub fn retired_memory(&self) -> usize {
+        self.sandbox.retired_bytes()
+    }
+
+    /// Files and directories guests hold open through their cwd grants now:
+    /// what [`HostLimits::guest_descriptors`] bounds.
+    pub fn guest_descriptors(&self) -> usize {
+        self.sandbox.descriptors_open()
+    }
+
+    /// The contributors holding guest descriptors now, by name, with how
+    /// many each holds (prepared instances are named by their origin).
+    pub fn descriptor_holders(&self) -> Vec<(String, usize)> {
+        self.sandbox.descriptor_holders()
+    }
+}

@@ -1,0 +1,616 @@
+//! The sandbox: compiles contributor components and runs each call in a fresh
+//! instance with nothing granted (no files, env, args, network or stdio).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::runtime::Runtime;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, Store};
+
+use crate::cache::{ArtifactCache, engine_tag};
+use crate::compile::{Bounds, CompileError, Compiler};
+use crate::declaration::RawDeclaration;
+use crate::engine;
+use crate::execution::ToolExecution;
+use crate::guest_output::GuestOutput;
+use crate::limits::{HostLimits, Limits, bounded};
+use crate::manifest::OnError;
+use crate::runtime::{Allocator, RuntimeError};
+
+mod component;
+mod failure;
+mod files;
+mod guest;
+
+pub(crate) use component::Source;
+pub use component::{ContributorComponent, Grants, LoadError};
+pub use failure::{GuestFailure, Phase};
+
+use component::{is_component, not_a_component};
+use failure::classify;
+use files::{DescriptorLedger, OpenFiles};
+use guest::{
+    GuestLimiter, GuestState, MemoryBudget, arm, arm_deadline, host_deadline, to_wit, wasi_context,
+};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit/since_v0.1.0",
+        world: "contributor",
+        exports: { default: async },
+    });
+}
+
+/// One execution, and its WIT form, converted once for every contributor
+/// of a `collect`.
+pub(crate) struct Call<'a> {
+    execution: &'a ToolExecution,
+    wit: bindings::Execution,
+}
+
+impl<'a> Call<'a> {
+    /// The call for `execution`.
+    pub(crate) fn new(execution: &'a ToolExecution) -> Self {
+        Call {
+            execution,
+            wit: to_wit(execution),
+        }
+    }
+}
+
+/// A store and what its guest printed.
+struct FreshStore {
+    store: Store<GuestState>,
+    stdout: GuestOutput,
+    stderr: GuestOutput,
+}
+
+/// An instance made ahead of its call and never used: as fresh as one made
+/// at the call, minus the instantiation on the caller's path.
+pub(crate) struct Prepared {
+    fresh: FreshStore,
+    guest: bindings::Contributor,
+    slot: OwnedSemaphorePermit,
+}
+
+/// What [`Sandbox::prepare`] made.
+pub(crate) enum Preparation {
+    /// A fresh instance.
+    Ready(Prepared),
+    /// No pool slot was free; another time, perhaps.
+    Busy,
+    /// This component is instantiated at its call, always.
+    Unsuitable,
+}
+
+/// Finished calls' stores, and the pool slots they hold until dropped.
+#[derive(Default)]
+struct Retired {
+    stores: Vec<(Store<GuestState>, OwnedSemaphorePermit)>,
+    /// Guest memory the stores hold, as their limiters charged it.
+    bytes: usize,
+}
+
+/// Pool slots that instances made ahead may hold at most.
+pub const MAX_PREPARED: usize = engine::MAX_LIVE_INSTANCES as usize / 2;
+
+/// Finished stores wait at most this many before a call drops them itself.
+const MAX_RETIRED: usize = 32;
+
+/// Where calls of contributors with a cwd grant run: a runtime of their
+/// own, with a small blocking pool, so a guest whose file I/O blocks holds
+/// one of these threads, never the caller's runtime or its blocking pool.
+struct GuestIo {
+    /// `None` only while dropping.
+    runtime: Option<Runtime>,
+    /// Such calls that may run at once.
+    calls: Arc<Semaphore>,
+}
+
+impl Drop for GuestIo {
+    fn drop(&mut self) {
+        // A thread stuck in a blocking read cannot be joined; do not wait for it.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Compiles components and runs their calls, each in a fresh instance.
+pub(crate) struct Sandbox {
+    engine: Engine,
+    /// Pooling, or on demand and why.
+    allocator: Allocator,
+    linker: Linker<GuestState>,
+    /// Bounds live instances to the pool's size, so a burst waits instead of failing.
+    slots: Arc<Semaphore>,
+    /// Finished stores not dropped yet: dropping one (resetting its pool
+    /// slot) costs about a fifth of a call, and need not delay the overlay.
+    retired: Mutex<Retired>,
+    /// Guest memory of every live store, against the host's budget.
+    budget: Arc<MemoryBudget>,
+    /// Files guests hold open through cwd grants, against the host's cap.
+    descriptors: Arc<DescriptorLedger>,
+    io: GuestIo,
+    host_limits: HostLimits,
+}
+
+impl Sandbox {
+    /// An engine and a linker that provides WASI (denying everything, and
+    /// opening files without blocking) and `config`, under `host_limits`.
+    pub(crate) fn new(host_limits: HostLimits) -> Result<Self, RuntimeError> {
+        let setup = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
+        let (engine, allocator) = engine::build_engine().map_err(setup)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(setup)?;
+        files::add_to_linker(&mut linker).map_err(setup)?;
+        bindings::Contributor::add_to_linker::<_, HasSelf<GuestState>>(&mut linker, |s| s)
+            .map_err(setup)?;
+        let io_calls = host_limits.io_calls.max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(io_calls)
+            .thread_name("dsh-env-guest-io")
+            .enable_time()
+            .build()
+            .map_err(RuntimeError::Threads)?;
+        Ok(Sandbox {
+            engine,
+            allocator,
+            linker,
+            slots: Arc::new(Semaphore::new(engine::MAX_LIVE_INSTANCES as usize)),
+            retired: Mutex::default(),
+            budget: Arc::new(MemoryBudget::new(host_limits.memory_budget_bytes)),
+            descriptors: Arc::new(DescriptorLedger::new(host_limits.guest_descriptors)),
+            io: GuestIo {
+                runtime: Some(runtime),
+                calls: Arc::new(Semaphore::new(io_calls)),
+            },
+            host_limits,
+        })
+    }
+
+    /// Guest memory charged by live and retired stores, in bytes.
+    pub(crate) fn memory_in_use(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// Files and directories guests hold open now.
+    pub(crate) fn descriptors_open(&self) -> usize {
+        self.descriptors.open()
+    }
+
+    /// Which contributors hold guest descriptors now, and how many.
+    pub(crate) fn descriptor_holders(&self) -> Vec<(String, usize)> {
+        self.descriptors.holders()
+    }
+
+    /// How the engine allocates instances.
+    pub(crate) fn allocator(&self) -> &Allocator {
+        &self.allocator
+    }
+
+    /// The host-wide budgets in force.
+    pub(crate) fn host_limits(&self) -> &HostLimits {
+        &self.host_limits
+    }
+
+    /// The engine every component is compiled for.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles `source` in the compile helper under `limits`' compile
+    /// limits (or maps it from the cache) and checks that it targets the
+    /// contributor world. The component carries `limits`.
+    pub(crate) fn load(
+        &self,
+        origin: &str,
+        source: Source<'_>,
+        cache: &ArtifactCache,
+        compiler: &Compiler,
+        limits: &Limits,
+    ) -> Result<ContributorComponent, LoadError> {
+        let fail = |reason: String| LoadError {
+            origin: origin.to_string(),
+            reason,
+        };
+        let bounds = Bounds::of(limits);
+        let tag = engine_tag(&self.engine);
+        let compile = |bytes: &[u8]| {
+            if !is_component(bytes) {
+                return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+            }
+            compiler.compile(bytes, &bounds, &tag)
+        };
+        let (component, content) = match source {
+            Source::File(path) => cache.load_file(&self.engine, path, &bounds, compile),
+            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, compile),
+        }
+        .map_err(fail)?;
+        let imports = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(format!("{e:#}")))?;
+        let pre = bindings::ContributorPre::new(instance_pre)
+            .map_err(|e| fail(format!("not a dsh:env/contributor component: {e:#}")))?;
+        Ok(ContributorComponent {
+            origin: origin.to_string(),
+            content: content.into(),
+            pre,
+            config: Arc::default(),
+            limits: limits.clone(),
+            on_error: OnError::default(),
+            imports,
+            grants: Grants::default(),
+        })
+    }
+
+    /// Runs `declare` in a fresh instance.
+    pub(crate) async fn declare(
+        &self,
+        component: &ContributorComponent,
+    ) -> Result<RawDeclaration, GuestFailure> {
+        let declaration = self
+            .call(
+                component,
+                component.origin(),
+                Phase::Declare,
+                None,
+                async |guest, store| guest.call_declare(store).await,
+            )
+            .await?;
+        Ok(RawDeclaration {
+            name: declaration.name,
+            keys: declaration
+                .keys
+                .into_iter()
+                .map(|k| (k.key, k.description))
+                .collect(),
+        })
+    }
+
+    /// Runs `resolve` for `call` in a fresh instance (`prepared`, when one
+    /// was made ahead of the call, else one made now); `name` labels its
+    /// logs.
+    pub(crate) async fn resolve(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        call: &Call<'_>,
+        prepared: Option<Prepared>,
+    ) -> Result<Vec<(String, String)>, GuestFailure> {
+        let resolve = async |guest: &bindings::Contributor, store: &mut Store<GuestState>| {
+            guest.call_resolve(store, &call.wit).await
+        };
+        let result = match prepared {
+            Some(prepared) => self.run(component, name, prepared, resolve).await,
+            // It may touch files the model controls.
+            None if component.grants.cwd_read => self.resolve_on_io(component, name, call).await,
+            None => {
+                self.call(
+                    component,
+                    name,
+                    Phase::Resolve,
+                    Some(call.execution),
+                    resolve,
+                )
+                .await
+            }
+        }?;
+        result.map_err(|message| {
+            GuestFailure::GuestError(bounded(&message, component.limits.max_error_bytes))
+        })
+    }
+
+    /// Instantiates `component` ahead of a call, if a pool slot is free now
+    /// and it instantiates cleanly within its limits.
+    pub(crate) async fn prepare(&self, component: &ContributorComponent) -> Preparation {
+        // Its WASI context depends on the execution (the cwd preopen).
+        if component.grants.cwd_read {
+            return Preparation::Unsuitable;
+        }
+        // Half the pool stays for calls, so instances made ahead can never
+        // hold every slot while a call waits for one.
+        if self.slots.available_permits() <= MAX_PREPARED {
+            return Preparation::Busy;
+        }
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            return Preparation::Busy;
+        };
+        let mut fresh = self.fresh_store(component, component.origin(), Phase::Resolve, None);
+        let limits = &component.limits;
+        arm(&mut fresh.store, limits);
+        let instantiate = component.pre.instantiate_async(&mut fresh.store);
+        match tokio::time::timeout(host_deadline(limits), instantiate).await {
+            Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
+            // The call will instantiate it again and name the failure.
+            _ => {
+                self.retire(fresh.store, slot);
+                Preparation::Unsuitable
+            }
+        }
+    }
+
+    /// A pool slot, once one is free.
+    async fn slot(&self) -> Result<OwnedSemaphorePermit, GuestFailure> {
+        match Arc::clone(&self.slots).try_acquire_owned() {
+            Ok(slot) => Ok(slot),
+            Err(_) => {
+                // Retired stores may be what holds the slots.
+                self.reclaim();
+                Arc::clone(&self.slots)
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| GuestFailure::Instantiate(e.to_string()))
+            }
+        }
+    }
+
+    /// `resolve` for a contributor with a cwd grant, on the guest I/O
+    /// runtime (see [`GuestIo`]), at most `HostLimits::io_calls` at once.
+    /// At the deadline the call is abandoned: its task, store and files are
+    /// dropped there, and a thread stuck in the kernel stays stuck on that
+    /// runtime, not on the caller's.
+    async fn resolve_on_io(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        call: &Call<'_>,
+    ) -> Result<Result<Vec<(String, String)>, String>, GuestFailure> {
+        let limits = &component.limits;
+        let Some(runtime) = &self.io.runtime else {
+            return Err(GuestFailure::Instantiate(
+                "the guest I/O runtime is gone".into(),
+            ));
+        };
+        let (stdout, stderr) = (
+            GuestOutput::new(limits.max_log_bytes),
+            GuestOutput::new(limits.max_log_bytes),
+        );
+        let started = async {
+            let io_call = Arc::clone(&self.io.calls)
+                .acquire_owned()
+                .await
+                .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
+            let slot = self.slot().await?;
+            let mut store = self.new_store(
+                component,
+                name,
+                Phase::Resolve,
+                Some(call.execution),
+                &stdout,
+                &stderr,
+            );
+            arm(&mut store, limits);
+            let (pre, wit) = (component.pre.clone(), call.wit.clone());
+            let task = runtime.spawn(async move {
+                let outcome = async {
+                    let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
+                    (guest.call_resolve(&mut store, &wit).await).map_err(|e| (e, false))
+                }
+                .await;
+                drop(io_call);
+                (store, outcome)
+            });
+            Ok::<_, GuestFailure>((task, slot))
+        };
+        let deadline = tokio::time::Instant::now() + host_deadline(limits);
+        let (task, slot) = match tokio::time::timeout_at(deadline, started).await {
+            Ok(started) => started?,
+            Err(_) => return Err(GuestFailure::Deadline(limits.deadline)),
+        };
+        let abort = task.abort_handle();
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok((store, outcome))) => {
+                let fresh = FreshStore {
+                    store,
+                    stdout,
+                    stderr,
+                };
+                self.finish(component, name, fresh, slot, Ok(outcome))
+            }
+            Ok(Err(join)) => Err(GuestFailure::Trap(join.to_string())),
+            Err(_) => {
+                abort.abort();
+                log_output(name, &stdout, &stderr);
+                Err(GuestFailure::Deadline(limits.deadline))
+            }
+        }
+    }
+
+    /// Instantiates `component` in a new store and runs `f` under its limits.
+    async fn call<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
+        execution: Option<&ToolExecution>,
+        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, GuestFailure> {
+        let limits = &component.limits;
+        let slot = self.slot().await?;
+        let mut fresh = self.fresh_store(component, name, phase, execution);
+        arm(&mut fresh.store, limits);
+        let store = &mut fresh.store;
+        let run = async {
+            let guest =
+                (component.pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
+            f(&guest, store).await.map_err(|e| (e, false))
+        };
+        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
+        self.finish(component, name, fresh, slot, outcome)
+    }
+
+    /// Runs `f` on an instance made ahead of the call, under a fresh deadline.
+    async fn run<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        prepared: Prepared,
+        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, GuestFailure> {
+        let Prepared {
+            mut fresh,
+            guest,
+            slot,
+        } = prepared;
+        let limits = &component.limits;
+        // Fuel carries over from instantiation, as in `call`; time starts now.
+        arm_deadline(&mut fresh.store, limits);
+        let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
+        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
+        self.finish(component, name, fresh, slot, outcome)
+    }
+
+    /// A store for one instance of `component`, and what its guest prints.
+    fn fresh_store(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
+        execution: Option<&ToolExecution>,
+    ) -> FreshStore {
+        let limits = &component.limits;
+        let (stdout, stderr) = (
+            GuestOutput::new(limits.max_log_bytes),
+            GuestOutput::new(limits.max_log_bytes),
+        );
+        let store = self.new_store(component, name, phase, execution, &stdout, &stderr);
+        FreshStore {
+            store,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// A store for one instance of `component`: its WASI context (with the
+    /// grants `execution` allows, printing into `stdout` and `stderr`), its
+    /// limiter, handle caps, hostcall budget and config.
+    fn new_store(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        phase: Phase,
+        execution: Option<&ToolExecution>,
+        stdout: &GuestOutput,
+        stderr: &GuestOutput,
+    ) -> Store<GuestState> {
+        let limits = &component.limits;
+        let wasi = wasi_context(&component.grants, execution, stdout, stderr);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.max_handles);
+        let mut store = Store::new(
+            &self.engine,
+            GuestState {
+                wasi,
+                table,
+                files: (component.grants.cwd_read)
+                    .then(|| OpenFiles::new(Arc::clone(&self.descriptors), name)),
+                limiter: GuestLimiter::new(limits, Arc::clone(&self.budget)),
+                config: component.config.clone(),
+                ticks_left: 0,
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        // What the guest can make the host copy or hold per call follows
+        // its own caps, not wasmtime's defaults (128 MiB, 100,000 handles).
+        store.set_hostcall_fuel(limits.hostcall_bytes(phase));
+        store.set_max_component_handles(limits.max_handles.saturating_mul(2));
+        store
+    }
+
+    /// Logs the guest's output, names a failure, and retires the store.
+    fn finish<R>(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        fresh: FreshStore,
+        slot: OwnedSemaphorePermit,
+        outcome: Result<Result<R, (wasmtime::Error, bool)>, tokio::time::error::Elapsed>,
+    ) -> Result<R, GuestFailure> {
+        let limits = &component.limits;
+        log_output(name, &fresh.stdout, &fresh.stderr);
+        let mut store = fresh.store;
+        if component.grants.cwd_read {
+            release_host_resources(store.data_mut());
+        }
+        let result = match outcome {
+            Err(_) => Err(GuestFailure::Deadline(limits.deadline)),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err((err, instantiating))) => Err(classify(
+                err,
+                store.data().limiter.hit.clone(),
+                limits,
+                instantiating,
+                store.hostcall_fuel(),
+            )),
+        };
+        self.retire(store, slot);
+        result
+    }
+
+    /// Keeps a finished store for [`Sandbox::reclaim`], or drops it now when
+    /// it holds more guest memory than retired stores may; drops the waiting
+    /// ones too when there are many, they hold too much, or a call may be
+    /// waiting for a slot.
+    fn retire(&self, store: Store<GuestState>, slot: OwnedSemaphorePermit) {
+        let bytes = store.data().limiter.used_bytes();
+        let cap = self.host_limits.retired_bytes;
+        if bytes > cap {
+            drop((store, slot));
+            return;
+        }
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        retired.stores.push((store, slot));
+        retired.bytes += bytes;
+        if retired.stores.len() >= MAX_RETIRED
+            || retired.bytes > cap
+            || self.slots.available_permits() == 0
+        {
+            let full = std::mem::take(&mut *retired);
+            drop(retired);
+            drop(full);
+        }
+    }
+
+    /// Drops every finished store, freeing its pool slot.
+    pub(crate) fn reclaim(&self) {
+        let retired = {
+            let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *retired)
+        };
+        drop(retired);
+    }
+
+    /// Guest memory that finished stores still hold, in bytes.
+    pub(crate) fn retired_bytes(&self) -> usize {
+        self.retired.lock().unwrap_or_else(|p| p.into_inner()).bytes
+    }
+}
+
+/// Logs what a guest printed, with its contributor's name.
+fn log_output(name: &str, stdout: &GuestOutput, stderr: &GuestOutput) {
+    for (stream, output) in [("stdout", stdout), ("stderr", stderr)] {
+        if let Some(text) = output.text() {
+            tracing::info!(contributor = name, "{stream}: {text}");
+        }
+    }
+}
+
+/// Closes what a finished guest held open through its grants (files,
+/// directories, streams), before the store is retired: a retired store
+/// must not keep descriptors the command about to be spawned may need.
+fn release_host_resources(state: &mut GuestState) {
+    state.table = ResourceTable::new();
+    state.wasi = wasmtime_wasi::WasiCtx::builder().build();
+    if let Some(files) = &mut state.files {
+        files.release();
+    }
+}

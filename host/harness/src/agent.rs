@@ -1,0 +1,278 @@
+//! The agent loop: a model decides, the bash tool runs, hooks observe, and
+//! the session is checkpointed at the end of every turn.
+//!
+//! The model is pluggable; [`ScriptedModel`] replays a script, so the whole
+//! loop runs (and is tested) with no API key.
+
+use std::collections::VecDeque;
+
+use serde_json::{Value, json};
+
+use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor};
+use crate::hooks::{HookEvent, HookRun, Hooks};
+use crate::session::{Event, Session, SessionError, SessionStore};
+use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
+use dsh_env::execution::{Mode, ToolExecution};
+
+/// The name hooks see for the bash tool, as in Claude Code and Codex.
+pub const HOOK_TOOL_NAME: &str = "Bash";
+
+/// Most model steps one turn may take.
+pub const MAX_STEPS_PER_TURN: usize = 32;
+
+/// One tool call requested by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRequest {
+    /// The tool's name (only `bash` exists).
+    pub name: String,
+    /// The model's arguments.
+    pub arguments: Value,
+}
+
+/// What the model does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelResponse {
+    /// Call these tools, then ask again.
+    ToolCalls(Vec<ToolCallRequest>),
+    /// Answer, ending the turn.
+    Final(String),
+}
+
+/// A model: given the history, the next step.
+pub trait Model: Send {
+    /// The next response for this history.
+    fn respond(&mut self, history: &[Event]) -> ModelResponse;
+}
+
+/// A model that replays a fixed script, then answers "done".
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedModel {
+    script: VecDeque<ModelResponse>,
+}
+
+impl ScriptedModel {
+    /// A model that gives `script`'s responses in order.
+    pub fn new(script: impl IntoIterator<Item = ModelResponse>) -> Self {
+        ScriptedModel {
+            script: script.into_iter().collect(),
+        }
+    }
+
+    /// A one-turn script: run each command with bash, in order, then answer.
+    pub fn bash_turn(commands: &[&str], answer: &str) -> Self {
+        let mut script: Vec<ModelResponse> = commands
+            .iter()
+            .map(|command| {
+                ModelResponse::ToolCalls(vec![ToolCallRequest {
+                    name: BASH_TOOL_NAME.into(),
+                    arguments: json!({"command": command, "description": "scripted"}),
+                }])
+            })
+            .collect();
+        script.push(ModelResponse::Final(answer.into()));
+        Self::new(script)
+    }
+}
+
+impl Model for ScriptedModel {
+    fn respond(&mut self, _history: &[Event]) -> ModelResponse {
+        self.script
+            .pop_front()
+            .unwrap_or_else(|| ModelResponse::Final("done".into()))
+    }
+}
+
+/// Why a turn could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The session could not be checkpointed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The model kept calling tools past the step limit.
+    #[error("the model took more than {MAX_STEPS_PER_TURN} steps in one turn")]
+    TooManySteps,
+}
+
+/// What a tool call returned to the model, and what its hooks did.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    /// The call id.
+    pub call_id: String,
+    /// The command the model asked for.
+    pub command: String,
+    /// The text the model saw.
+    pub output: String,
+    /// Whether it failed or was blocked.
+    pub is_error: bool,
+    /// The hooks that ran around it.
+    pub hooks: Vec<HookRun>,
+}
+
+/// One agent: its session, model, tool, hooks and store.
+pub struct AgentLoop {
+    session: Session,
+    model: Box<dyn Model>,
+    tool: BashTool<LocalExecutor>,
+    hooks: Hooks,
+    store: SessionStore,
+    calls: u64,
+    background: Vec<(String, BackgroundHandle)>,
+    /// Every hook run so far, SessionStart included.
+    pub hook_log: Vec<HookRun>,
+}
+
+impl AgentLoop {
+    /// An agent for `session`. Nothing is written until the first turn ends.
+    pub fn new(
+        session: Session,
+        model: Box<dyn Model>,
+        tool: BashTool<LocalExecutor>,
+        hooks: Hooks,
+        store: SessionStore,
+    ) -> Self {
+        AgentLoop {
+            session,
+            model,
+            tool,
+            hooks,
+            store,
+            calls: 0,
+            background: Vec::new(),
+            hook_log: Vec::new(),
+        }
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Runs the SessionStart hooks (`startup` or `resume`).
+    pub async fn start(&mut self, source: &str) {
+        let event = HookEvent::SessionStart {
+            source: source.into(),
+        };
+        let runs = self.hooks.run(&event, &self.session).await;
+        self.hook_log.extend(runs);
+    }
+
+    /// One turn: the user's message, model steps and tool calls until the
+    /// model answers, then a checkpoint of the session file.
+    pub async fn run_turn(&mut self, user: &str) -> Result<Vec<CallRecord>, AgentError> {
+        self.session.events.push(Event::Message {
+            role: "user".into(),
+            text: user.into(),
+        });
+        let mut records = Vec::new();
+        let mut finished = false;
+        for _ in 0..MAX_STEPS_PER_TURN {
+            match self.model.respond(&self.session.events) {
+                ModelResponse::Final(text) => {
+                    self.session.events.push(Event::Message {
+                        role: "assistant".into(),
+                        text,
+                    });
+                    finished = true;
+                    break;
+                }
+                ModelResponse::ToolCalls(calls) => {
+                    for call in calls {
+                        records.push(self.call_tool(call).await);
+                    }
+                }
+            }
+        }
+        self.store.checkpoint(&self.session)?;
+        if finished {
+            Ok(records)
+        } else {
+            Err(AgentError::TooManySteps)
+        }
+    }
+
+    /// Waits for this agent's background commands, in start order.
+    pub async fn wait_background(&mut self) -> Vec<(String, Result<ExecOutput, ExecError>)> {
+        let mut done = Vec::new();
+        for (call_id, handle) in self.background.drain(..) {
+            done.push((call_id, handle.wait().await));
+        }
+        done
+    }
+
+    async fn call_tool(&mut self, call: ToolCallRequest) -> CallRecord {
+        self.calls += 1;
+        let call_id = format!("{}-call-{}", self.session.id(), self.calls);
+        self.session.events.push(Event::ToolCall {
+            call_id: call_id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        let command = call.arguments["command"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let pre = HookEvent::PreToolUse {
+            tool_name: HOOK_TOOL_NAME.into(),
+            tool_input: call.arguments.clone(),
+        };
+        let mut hooks = self.hooks.run(&pre, &self.session).await;
+        let blocked = hooks
+            .iter()
+            .find(|run| run.blocked)
+            .map(|run| run.stderr.clone());
+        let was_blocked = blocked.is_some();
+        let (output, is_error) = match blocked {
+            Some(reason) => (reason, true),
+            None if call.name != BASH_TOOL_NAME => (format!("unknown tool `{}`", call.name), true),
+            None => self.run_bash(&call_id, &call.arguments).await,
+        };
+        if !was_blocked {
+            let post = HookEvent::PostToolUse {
+                tool_name: HOOK_TOOL_NAME.into(),
+                tool_input: call.arguments.clone(),
+                tool_response: json!({"output": output, "is_error": is_error}),
+            };
+            hooks.extend(self.hooks.run(&post, &self.session).await);
+        }
+        self.hook_log.extend(hooks.iter().cloned());
+        self.session.events.push(Event::ToolResult {
+            call_id: call_id.clone(),
+            output: output.clone(),
+            is_error,
+        });
+        CallRecord {
+            call_id,
+            command,
+            output,
+            is_error,
+            hooks,
+        }
+    }
+
+    async fn run_bash(&mut self, call_id: &str, arguments: &Value) -> (String, bool) {
+        let execution = ToolExecution::new(call_id, "bash")
+            .with_agent(self.session.agent())
+            .with_mode(Mode::Foreground);
+        match self.tool.call(&execution, arguments).await {
+            Ok(BashOutcome::Finished(output)) => {
+                let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&output.stderr));
+                let failed = output.exit_code != Some(0);
+                if failed {
+                    text.push_str(&match output.exit_code {
+                        Some(code) => format!("\n[exit code {code}]"),
+                        None if output.timed_out => "\n[timed out]".to_string(),
+                        None => "\n[killed]".to_string(),
+                    });
+                }
+                (text, failed)
+            }
+            Ok(BashOutcome::Started(handle)) => {
+                let started = format!("started in the background (pid {:?})", handle.pid);
+                self.background.push((call_id.to_string(), handle));
+                (started, false)
+            }
+            Err(err) => (err.to_string(), true),
+        }
+    }
+}

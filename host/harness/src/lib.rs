@@ -1,0 +1,19 @@
+//! An agent harness around [`dsh_env`]: what a coding agent needs beside the
+//! overlay to run shell commands with it.
+//!
+//! - [`executor`]: spawns a command with exactly the promised environment.
+//! - [`tool`]: the model-facing bash tool; a model's arguments never reach
+//!   the `DSH_*` namespace.
+//! - [`session`]: sessions and their JSONL files (resume, fork, spawn).
+//! - [`hooks`]: Claude Code and Codex style hook commands.
+//! - [`agent`]: the loop that ties a model, the tool, hooks and a session.
+
+#![deny(missing_docs)]
+
+pub mod agent;
+pub mod executor;
+pub mod hooks;
+pub mod session;
+pub mod tool;
+
+pub use executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest};

@@ -1,0 +1,297 @@
+//! The precompiled-artifact cache: compile once, recompile cleanly on a
+//! changed file or a corrupt entry.
+
+use std::path::PathBuf;
+
+use dsh_env::Registry;
+use dsh_env_tests::{agent_call, artifacts, puppet};
+
+/// The cache's precompiled artifacts (not its seals and aliases).
+fn entries(registry: &Registry) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
+        .map(|dir| dir.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "cwasm"));
+    paths.sort();
+    paths
+}
+
+async fn depth_of(registry: &Registry, path: &str) -> Option<String> {
+    let component = registry.load_file(path.as_ref()).unwrap();
+    let _registration = registry.register(component).await.unwrap();
+    let execution = agent_call("c", "s");
+    registry
+        .collect(&execution)
+        .await
+        .unwrap()
+        .get("DSH_AGENT_DEPTH")
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn each_component_is_compiled_once_and_a_corrupt_entry_is_replaced() {
+    let home = tempfile::tempdir().unwrap();
+    let registry = dsh_env_tests::registry_at(home.path());
+    assert!(entries(&registry).is_empty());
+
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    let first = entries(&registry);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let artifact = std::fs::read(&first[0]).unwrap();
+
+    // A second registry (a new process, in effect) reuses the entry as it is.
+    let again = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        depth_of(&again, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(entries(&again), first);
+    assert_eq!(std::fs::read(&first[0]).unwrap(), artifact);
+
+    // A corrupt entry is recompiled and rewritten, not loaded.
+    let mut corrupt = artifact.clone();
+    let middle = corrupt.len() / 2;
+    corrupt[middle] ^= 0xff;
+    std::fs::write(&first[0], &corrupt).unwrap();
+    let third = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        depth_of(&third, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        std::fs::read(&first[0]).unwrap(),
+        artifact,
+        "the entry was rewritten"
+    );
+
+    // A truncated entry too.
+    std::fs::write(&first[0], &artifact[..10]).unwrap();
+    let fourth = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        depth_of(&fourth, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(std::fs::read(&first[0]).unwrap(), artifact);
+}
+
+#[tokio::test]
+async fn a_changed_file_gets_its_own_entry() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("contributor.wasm");
+    let registry = dsh_env_tests::registry_at(home.path());
+
+    std::fs::copy(artifacts::AGENT_LINEAGE, &path).unwrap();
+    assert_eq!(
+        depth_of(&registry, path.to_str().unwrap()).await.as_deref(),
+        Some("0")
+    );
+    std::fs::copy(artifacts::CALL_TRACE, &path).unwrap();
+    assert_eq!(
+        depth_of(&registry, path.to_str().unwrap()).await,
+        None,
+        "the new file's code runs"
+    );
+    assert_eq!(entries(&registry).len(), 2);
+}
+
+#[tokio::test]
+async fn a_copied_cache_is_used_without_recompiling() {
+    let (home, copy) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let registry = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    let artifact = std::fs::read(&entries(&registry)[0]).unwrap();
+
+    // Every file gets a new identity, so the copy is verified by digest, not
+    // recompiled; an artifact with a foreign byte in it would not be.
+    let copied = copy.path().join("cache");
+    std::fs::create_dir(&copied).unwrap();
+    for file in std::fs::read_dir(registry.cache().dir()).unwrap() {
+        let file = file.unwrap().path();
+        std::fs::copy(&file, copied.join(file.file_name().unwrap())).unwrap();
+    }
+    let moved = dsh_env_tests::registry_at(copy.path());
+    let seal =
+        |r: &Registry| std::fs::read_to_string(entries(r)[0].with_extension("seal")).unwrap();
+    let before = seal(&moved);
+    // A recompile would store a new file (written, then renamed into place).
+    let inode = |r: &Registry| {
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&entries(r)[0]).unwrap())
+    };
+    let copied_inode = inode(&moved);
+    assert_eq!(
+        depth_of(&moved, artifacts::AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(inode(&moved), copied_inode, "the copy was not recompiled");
+    assert_eq!(std::fs::read(&entries(&moved)[0]).unwrap(), artifact);
+    assert_ne!(seal(&moved), before, "the copy was verified and resealed");
+    assert_eq!(
+        seal(&moved).split_once(' ').unwrap().0,
+        before.split_once(' ').unwrap().0,
+        "same digest"
+    );
+}
+
+#[tokio::test]
+async fn a_declaration_is_remembered_per_component_and_config() {
+    let home = tempfile::tempdir().unwrap();
+    let new_registry = || dsh_env_tests::registry_at(home.path());
+    async fn declared_name(registry: &Registry, name: &str) -> String {
+        let component = puppet(registry, &[("name", name), ("keys", "DSH_REMEMBERED=r")]);
+        let registration = registry.register(component).await.unwrap();
+        registration.name().to_string()
+    }
+    let declarations = |registry: &Registry| -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "declaration"))
+            .collect();
+        paths.sort();
+        paths
+    };
+
+    let first = new_registry();
+    assert_eq!(declared_name(&first, "first").await, "first");
+    let stored = declarations(&first);
+    assert_eq!(stored.len(), 1, "{stored:?}");
+
+    // A later registration of the same component and config takes the
+    // remembered declaration instead of running `declare`: edit it, and the
+    // edit shows.
+    let text = std::fs::read_to_string(&stored[0]).unwrap();
+    std::fs::write(&stored[0], text.replace("\"first\"", "\"remembered\"")).unwrap();
+    let second = new_registry();
+    assert_eq!(declared_name(&second, "first").await, "remembered");
+
+    // Another config is another declaration, from the guest.
+    assert_eq!(declared_name(&second, "other").await, "other");
+    assert_eq!(declarations(&second).len(), 2);
+
+    // An unreadable remembered declaration is declared afresh.
+    std::fs::write(&stored[0], "not json").unwrap();
+    assert_eq!(declared_name(&new_registry(), "first").await, "first");
+}
+
+#[test]
+fn concurrent_first_loads_leave_one_sound_entry() {
+    use sha2::{Digest, Sha256};
+    let home = tempfile::tempdir().unwrap();
+    let registry = dsh_env_tests::registry_at(home.path());
+    // Every thread compiles and stores the same component at once.
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| registry.load_file(artifacts::PUPPET.as_ref()).unwrap());
+        }
+    });
+    let files: Vec<String> = std::fs::read_dir(registry.cache().dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files.iter().all(|name| !name.contains(".partial-")),
+        "{files:?}"
+    );
+    let artifacts = entries(&registry);
+    assert_eq!(artifacts.len(), 1, "{files:?}");
+    // The seal vouches for exactly the bytes in place.
+    let seal = std::fs::read_to_string(artifacts[0].with_extension("seal")).unwrap();
+    let digest: String = Sha256::digest(std::fs::read(&artifacts[0]).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(seal.split_once(' ').unwrap().0, digest);
+}
+
+/// The entry files (`.cwasm`, `.seal`) of the component at `path`.
+fn entry_of(registry: &Registry, path: &str) -> (PathBuf, PathBuf) {
+    use sha2::{Digest, Sha256};
+    let content: String = Sha256::digest(std::fs::read(path).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let artifact = entries(registry)
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&content)
+        })
+        .expect("an entry for the component");
+    let seal = artifact.with_extension("seal");
+    (artifact, seal)
+}
+
+#[tokio::test]
+async fn an_artifact_copied_over_another_components_entry_is_not_run_for_it() {
+    let home = tempfile::tempdir().unwrap();
+    let new_registry = || dsh_env_tests::registry_at(home.path());
+    let registry = new_registry();
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    assert_eq!(depth_of(&registry, artifacts::CALL_TRACE).await, None);
+    let (a_artifact, a_seal) = entry_of(&registry, artifacts::AGENT_LINEAGE);
+    let (b_artifact, b_seal) = entry_of(&registry, artifacts::CALL_TRACE);
+
+    // B's artifact and seal, copied over A's entry, both verify by digest;
+    // the seal names B's entry, so A is compiled again and runs its own code.
+    std::fs::copy(&b_artifact, &a_artifact).unwrap();
+    std::fs::copy(&b_seal, &a_seal).unwrap();
+    let attacked = new_registry();
+    let component = attacked
+        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .unwrap();
+    let registration = attacked.register(component).await.unwrap();
+    assert_eq!(registration.name(), "agent-lineage");
+    let overlay = attacked.collect(&agent_call("c", "s")).await.unwrap();
+    assert_eq!(overlay.get("DSH_AGENT_DEPTH"), Some("0"));
+    assert_ne!(
+        std::fs::read(&a_artifact).unwrap(),
+        std::fs::read(&b_artifact).unwrap(),
+        "A's entry holds A's artifact again"
+    );
+}
+
+#[tokio::test]
+async fn a_cache_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let world_writable = std::fs::Permissions::from_mode(0o777);
+    // The cache directory itself, or the home it is in.
+    for shared in ["cache", "home"] {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        let cache = home.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let open = if shared == "cache" { &cache } else { &home };
+        std::fs::set_permissions(open, world_writable.clone()).unwrap();
+
+        let registry = dsh_env_tests::registry_at(&home);
+        for _ in 0..2 {
+            assert_eq!(
+                depth_of(&registry, artifacts::AGENT_LINEAGE)
+                    .await
+                    .as_deref(),
+                Some("0"),
+                "{shared}"
+            );
+        }
+        let written: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+        assert!(written.is_empty(), "{shared}: {written:?}");
+    }
+}

@@ -1,0 +1,19 @@
+//! Every black-box test that can share a process, in one binary (the
+//! pattern of wasmtime's `tests/all`): linking wasmtime once, and sharing
+//! one [`dsh_env::Runtime`] (see `dsh_env_tests::registry`).
+//!
+//! Two suites keep binaries of their own, for the process they need alone:
+//! `leak.rs` measures the whole process (RSS, threads, descriptors) and
+//! lowers `RLIMIT_NOFILE`; `full_loop.rs` sets a process environment
+//! variable, which is unsound while other tests' threads read it.
+
+mod bash_tool;
+mod cache;
+mod executor;
+mod fuzz;
+mod grants;
+mod hooks;
+mod hostile;
+mod polyglot;
+mod prepared;
+mod registry;

@@ -1,0 +1,149 @@
+//! Instances made ahead of a call (`Registry::prepare`, which the bash tool
+//! runs while its child starts): each serves one call, under the same limits,
+//! and the result is what an instance made at the call would give.
+
+use std::time::Duration;
+
+use dsh_env::engine::MAX_LIVE_INSTANCES;
+use dsh_env::sandbox::{Grants, MAX_PREPARED};
+use dsh_env::{ContributorError, FailureCause, GuestFailure, Limits, Registration, Registry};
+use dsh_env_harness::LocalExecutor;
+use dsh_env_harness::tool::{BashOutcome, BashTool};
+use dsh_env_tests::{agent_call, echo, puppet, registry};
+use serde_json::json;
+
+/// A puppet that reports how many calls its instance has served, and the call id.
+async fn counter(registry: &Registry) -> Registration {
+    let component = puppet(
+        registry,
+        &[
+            ("name", "counter"),
+            ("keys", "DSH_SERVED=s|DSH_CALL=c"),
+            ("pairs", "DSH_SERVED={count}|DSH_CALL={call}"),
+        ],
+    );
+    registry.register(component).await.unwrap()
+}
+
+#[tokio::test]
+async fn an_instance_made_ahead_serves_one_call_only() {
+    let registry = registry();
+    let _counter = counter(&registry).await;
+    for i in 0..4 {
+        registry.prepare().await;
+        if i % 2 == 1 {
+            registry.prepare().await; // preparing twice makes no second instance
+        }
+        assert_eq!(registry.prepared(), 1);
+        let call = format!("call-{i}");
+        let overlay = registry.collect(&agent_call(&call, "s")).await.unwrap();
+        assert_eq!(registry.prepared(), 0, "the call took it");
+        assert_eq!(overlay.get("DSH_SERVED"), Some("1"), "call {i}");
+        assert_eq!(overlay.get("DSH_CALL"), Some(call.as_str()));
+    }
+    // Two calls after one prepare: one gets the instance made ahead, the
+    // other a new one; neither sees the other's.
+    registry.prepare().await;
+    let (a, b) = (agent_call("a", "s"), agent_call("b", "s"));
+    let (a, b) = tokio::join!(registry.collect(&a), registry.collect(&b));
+    for overlay in [a.unwrap(), b.unwrap()] {
+        assert_eq!(overlay.get("DSH_SERVED"), Some("1"));
+    }
+}
+
+#[tokio::test]
+async fn limits_hold_on_an_instance_made_ahead() {
+    let registry = registry();
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        memory_bytes: 8 << 20,
+        ..Limits::default()
+    };
+    let mut registrations = Vec::new();
+    for (name, behaviour) in [("looping", "loop"), ("growing", "grow")] {
+        let key = format!("DSH_{}=k", name.to_uppercase());
+        let component = puppet(
+            &registry,
+            &[("name", name), ("keys", &key), ("resolve", behaviour)],
+        )
+        .with_limits(limits.clone());
+        registrations.push(registry.register(component).await.unwrap());
+        registry.prepare().await;
+        assert_eq!(registry.prepared(), 1);
+        let err: ContributorError = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+        assert_eq!(err.contributor, name);
+        let expected_kind = match &err.cause {
+            FailureCause::Guest(GuestFailure::Deadline(d)) => {
+                *d == limits.deadline && name == "looping"
+            }
+            FailureCause::Guest(GuestFailure::ResourceLimit(_)) => name == "growing",
+            _ => false,
+        };
+        assert!(expected_kind, "{err}");
+        registrations.pop().unwrap().dispose();
+    }
+    // The registry is healthy afterwards.
+    let _counter = counter(&registry).await;
+    registry.prepare().await;
+    let overlay = registry.collect(&agent_call("after", "s")).await.unwrap();
+    assert_eq!(overlay.get("DSH_SERVED"), Some("1"));
+}
+
+#[tokio::test]
+async fn every_bash_tool_call_gets_a_fresh_instance() {
+    let registry = registry();
+    let _counter = counter(&registry).await;
+    let tool = BashTool::new(registry, LocalExecutor, std::env::temp_dir());
+    for i in 0..3 {
+        let call = format!("tool-{i}");
+        let command = json!({ "command": "printf %s-%s \"$DSH_SERVED\" \"$DSH_CALL\"" });
+        let outcome = tool.call(&agent_call(&call, "s"), &command).await.unwrap();
+        let BashOutcome::Finished(output) = outcome else {
+            panic!("a foreground call finishes");
+        };
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap(),
+            format!("1-{call}")
+        );
+    }
+}
+
+#[tokio::test]
+async fn instances_made_ahead_never_take_every_pool_slot() {
+    let registry = registry();
+    // First in name order, and never made ahead (its WASI context needs the
+    // execution's cwd): it needs a free slot at the call.
+    let first = puppet(
+        &registry,
+        &[
+            ("name", "aaa"),
+            ("keys", "DSH_FIRST=f"),
+            ("pairs", "DSH_FIRST=1"),
+        ],
+    )
+    .with_grants(Grants {
+        env: Vec::new(),
+        cwd_read: true,
+    });
+    let mut registrations = vec![registry.register(first).await.unwrap()];
+    let more = MAX_LIVE_INSTANCES as usize + 2;
+    for i in 0..more {
+        let component = echo(
+            &registry,
+            &format!("echo-{i:03}"),
+            &format!("DSH_ECHO_{i:03}"),
+        );
+        registrations.push(registry.register(component).await.unwrap());
+    }
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), MAX_PREPARED);
+    let collected = tokio::time::timeout(
+        Duration::from_secs(60),
+        registry.collect(&agent_call("c", "s")),
+    )
+    .await
+    .expect("a call finds a free slot")
+    .unwrap();
+    assert_eq!(collected.get("DSH_FIRST"), Some("1"));
+    assert_eq!(collected.len(), 3 + 1 + more);
+}
