@@ -27,8 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use dsh_env::Grants;
 use dsh_env::manifest::Manifest;
-use dsh_env::sandbox::{ContributorComponent, Grants};
+use dsh_env::sandbox::ContributorComponent;
 use dsh_env::{
     Agent, LocalExecutor, NativeContributor, Overlay, RawDeclaration, Registration, Registry,
     ToolExecution,
@@ -585,7 +586,7 @@ fn startup_child() {
     let built: Vec<&Example> = EXAMPLES.iter().filter(|e| e.built()).collect();
     let manifest = examples_manifest(&built);
     let registrations = runtime
-        .block_on(registry.register_manifest(&manifest))
+        .block_on(registry.register_manifest(&manifest, &dsh_env::HostEnv::from_process()))
         .unwrap();
     let total = start.elapsed();
     let rss_loaded = proc_status_kib("VmRSS:");

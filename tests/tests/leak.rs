@@ -17,12 +17,14 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dsh_env::sandbox::Grants;
-use dsh_env::{Agent, Limits, Mode, OnError, Overlay, Registration, Registry, ToolExecution};
+use dsh_env::Grants;
+use dsh_env::{
+    Agent, HostLimits, Limits, Mode, OnError, Overlay, Registration, Registry, ToolExecution,
+};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};
 use dsh_env_tests::leak::{contributors, rss_kib};
-use dsh_env_tests::{agent_call, artifacts, puppet, registry};
+use dsh_env_tests::{agent_call, artifacts, puppet, registry, registry_with};
 use serde_json::json;
 
 /// Held by each test while it runs: they measure the whole process.
@@ -264,7 +266,8 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
     std::fs::write(dir.path().join("f"), "x").unwrap();
     let cwd = dir.path().to_str().unwrap().to_string();
     let (served, peak_kib, elapsed) = runtime.block_on(async {
-        let registry = registry();
+        // A runtime of its own: its threads and descriptors must go with it.
+        let registry = registry_with(HostLimits::default());
         let echo = puppet(
             &registry,
             &[

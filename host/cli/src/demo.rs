@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dsh_env::{ArtifactCache, DshHome, HomeContext, Manifest};
+use dsh_env::{ArtifactCache, DshHome, HomeContext, HostEnv, Manifest};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::agent::{AgentLoop, CallRecord, ScriptedModel};
 use dsh_env_harness::hooks::{HookDialect, Hooks};
@@ -40,7 +40,7 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
         Some(path) => {
             let manifest = Manifest::from_file(path).map_err(Failure::config)?;
             registry
-                .register_manifest(&manifest)
+                .register_manifest(&manifest, &HostEnv::from_process())
                 .await
                 .map_err(Failure::config)?
         }

@@ -15,8 +15,8 @@ use clap::{Args, Parser, Subcommand};
 use dsh_env::environment::{ScrubReason, scrub_reason};
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
-    Allocator, ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, Manifest, Mode,
-    Registration, Registry, Runtime, ToolExecution,
+    Allocator, ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest,
+    Mode, Registration, Registry, Runtime, ToolExecution,
 };
 use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
 use serde_json::json;
@@ -410,7 +410,7 @@ impl Setup {
         let registry = open_registry(home, cache)?;
         let registrations = match &manifest {
             Some(manifest) => registry
-                .register_manifest(manifest)
+                .register_manifest(manifest, &HostEnv::from_process())
                 .await
                 .map_err(Failure::config)?,
             None => Vec::new(),

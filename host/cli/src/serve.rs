@@ -17,10 +17,10 @@
 //! accepted in `env`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dsh_env::{OnError, Registration, Registry, ToolExecution};
+use dsh_env::{ContributorEntry, HostEnv, Registration, Registry, ToolExecution};
 use dsh_env_harness::{LocalExecutor, ShellExecRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -66,16 +66,6 @@ impl RpcError {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RegisterParams {
-    path: PathBuf,
-    #[serde(default)]
-    config: BTreeMap<String, String>,
-    #[serde(default)]
-    on_error: OnError,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct DisposeParams {
     name: String,
 }
@@ -99,6 +89,8 @@ struct ExecParams {
 
 struct Server {
     registry: Registry,
+    /// What `grants.env` may copy, read once at startup.
+    host_env: HostEnv,
     registrations: HashMap<String, Registration>,
 }
 
@@ -166,6 +158,7 @@ fn read_line(input: &mut impl std::io::BufRead) -> std::io::Result<Option<Line>>
 pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std::io::Result<()> {
     let mut server = Server {
         registry,
+        host_env: HostEnv::from_process(),
         registrations: initial
             .into_iter()
             .map(|r| (r.name().to_string(), r))
@@ -231,17 +224,16 @@ impl Server {
     async fn dispatch(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
             "register" => {
-                let params: RegisterParams =
+                // The same fields as a manifest's `[[contributor]]`, with
+                // paths relative to the server's working directory.
+                let params: ContributorEntry =
                     serde_json::from_value(params).map_err(RpcError::params)?;
-                let component = self
-                    .registry
-                    .load_file(&params.path)
-                    .map_err(RpcError::app)?
-                    .with_config(params.config)
-                    .with_on_error(params.on_error);
+                let spec = params
+                    .to_spec(Path::new(""), &self.host_env)
+                    .map_err(RpcError::params)?;
                 let registration = self
                     .registry
-                    .register(component)
+                    .register_spec(&spec)
                     .await
                     .map_err(RpcError::app)?;
                 let name = registration.name().to_string();

@@ -751,3 +751,84 @@ fn serve_answers_bad_lines_and_keeps_serving() {
     assert_eq!(answers[4]["id"], 3);
     assert!(answers[4]["result"].is_array());
 }
+
+/// `dsh-env serve` with `requests`, one JSON-RPC request per line; its answers.
+fn serve_answers(
+    f: &Fixture,
+    env: &[(&str, &str)],
+    requests: &[serde_json::Value],
+) -> Vec<serde_json::Value> {
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let output = output_within(
+        f.command(&["serve", "--home", &f.home()], env),
+        Stdio::null(),
+        Some(input.into_bytes()),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
+    let f = Fixture::new();
+    let request = |id: u64, method: &str, params: serde_json::Value| serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let answers = serve_answers(
+        &f,
+        &[("GRANTED_VAR", "granted"), ("OTHER_VAR", "hidden")],
+        &[
+            request(
+                1,
+                "register",
+                serde_json::json!({
+                    "path": PUPPET,
+                    "config": {"name": "env-probe", "keys": "DSH_PROBE=p", "resolve": "env"},
+                    "grants": {"env": ["GRANTED_VAR", "UNSET_VAR"]},
+                    "limits": {"deadline_ms": 5000, "max_value_bytes": 4096},
+                    "on_error": "fail",
+                }),
+            ),
+            request(
+                2,
+                "collect",
+                serde_json::json!({"execution": {"callId": "c1", "name": "bash"}}),
+            ),
+            request(
+                3,
+                "register",
+                serde_json::json!({
+                    "path": PUPPET, "limits": {"deadline_ms": 0},
+                }),
+            ),
+            request(
+                4,
+                "register",
+                serde_json::json!({
+                    "path": PUPPET, "grants": {"network": true},
+                }),
+            ),
+        ],
+    );
+    assert_eq!(answers[0]["result"]["name"], "env-probe", "{}", answers[0]);
+    assert_eq!(
+        answers[1]["result"]["overlay"]["DSH_PROBE"], "GRANTED_VAR=granted",
+        "only the granted, set variable reaches the guest: {}",
+        answers[1]
+    );
+    assert_eq!(answers[2]["error"]["code"], -32602);
+    assert_eq!(
+        answers[2]["error"]["message"],
+        "invalid params: limits.deadline_ms must be at least 1"
+    );
+    assert_eq!(answers[3]["error"]["code"], -32602);
+    assert!(
+        answers[3]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `network`"),
+        "{}",
+        answers[3]
+    );
+}

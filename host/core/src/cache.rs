@@ -34,7 +34,7 @@
 //! compiles, maps from memory, and writes nothing there.
 
 use std::fs;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -412,13 +412,29 @@ impl Identity {
 }
 
 /// The engine's part of an entry's name: this crate's version, the cache
-/// layout, and wasmtime's compatibility hash of the engine configuration.
+/// layout, and wasmtime's compatibility hash of the engine configuration,
+/// through SHA-256 (std's `DefaultHasher` may change with the toolchain,
+/// which would silently orphan every artifact).
 pub(crate) fn engine_tag(engine: &Engine) -> String {
-    let mut hasher = DefaultHasher::new();
+    let mut hasher = StableHasher(Sha256::new());
     env!("CARGO_PKG_VERSION").hash(&mut hasher);
     LAYOUT.hash(&mut hasher);
     engine.precompile_compatibility_hash().hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+    hex(&hasher.0.finalize()[..8])
+}
+
+/// Feeds what a [`Hash`] implementation writes into SHA-256.
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Unused: the tag is read from the whole digest.
+    fn finish(&self) -> u64 {
+        0
+    }
 }
 
 fn is_digest(text: &str) -> bool {

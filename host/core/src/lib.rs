@@ -29,6 +29,7 @@ pub mod overlay;
 pub mod registry;
 pub mod runtime;
 pub mod sandbox;
+pub mod spec;
 
 pub use cache::ArtifactCache;
 pub use declaration::{
@@ -39,7 +40,7 @@ pub use execution::{Agent, Mode, ToolExecution};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
 pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::{HostLimits, Limits};
-pub use manifest::{Manifest, ManifestError, OnError};
+pub use manifest::{Manifest, ManifestError};
 pub use overlay::Overlay;
 pub use registry::{
     BUILTIN_OWNER, Collection, ContributorError, FailureCause, KeyListing, NativeContributor,
@@ -47,3 +48,6 @@ pub use registry::{
 };
 pub use runtime::{Allocator, Runtime, RuntimeError};
 pub use sandbox::{ContributorComponent, GuestFailure, LoadError, Phase};
+pub use spec::{
+    ContributorEntry, ContributorSource, ContributorSpec, Grants, HostEnv, OnError, SpecError,
+};

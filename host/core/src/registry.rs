@@ -16,13 +16,13 @@ use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
-use crate::manifest::{CwdGrant, Manifest, OnError};
+use crate::manifest::{Manifest, ManifestError};
 use crate::overlay::Overlay;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::sandbox::{
-    Call, ContributorComponent, Grants, GuestFailure, LoadError, Phase, Preparation, Prepared,
-    Source,
+    Call, ContributorComponent, GuestFailure, LoadError, Phase, Preparation, Prepared, Source,
 };
+use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
 
 /// The owner shown for dsh-env's built-in keys.
 pub const BUILTIN_OWNER: &str = "dsh-env";
@@ -85,16 +85,9 @@ pub enum RegistryError {
     /// The declaration broke a rule.
     #[error(transparent)]
     Declaration(#[from] DeclarationError),
-    /// A manifest entry is invalid.
-    #[error("manifest {manifest}, contributor {entry}: {message}")]
-    ManifestEntry {
-        /// The manifest file.
-        manifest: String,
-        /// The entry's `path`.
-        entry: String,
-        /// What is wrong.
-        message: String,
-    },
+    /// A manifest entry is invalid (shared, so the error stays `Clone`).
+    #[error(transparent)]
+    Manifest(Arc<ManifestError>),
 }
 
 /// An overlay, and the contributors left out of it under `on_error = "omit"`.
@@ -319,37 +312,43 @@ impl Registry {
     /// Registers every contributor of `manifest`, all or nothing: on the
     /// first failure (in manifest order), the ones already registered are
     /// removed again. Components are loaded in parallel, then registered in
-    /// order.
+    /// order. `grants.env` values come from `host_env` (usually
+    /// [`HostEnv::from_process`]).
     pub async fn register_manifest(
         &self,
         manifest: &Manifest,
+        host_env: &HostEnv,
     ) -> Result<Vec<Registration>, RegistryError> {
-        let loaded: Vec<Result<ContributorComponent, RegistryError>> =
-            parallel_map(&manifest.contributors, |entry| {
-                let invalid = |message| RegistryError::ManifestEntry {
-                    manifest: manifest.origin.clone(),
-                    entry: entry.path.display().to_string(),
-                    message,
-                };
-                let limits = entry.limits().map_err(invalid)?;
-                let config = entry.config().map_err(invalid)?;
-                let grants = Grants {
-                    env: (entry.grants.env.iter())
-                        .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
-                        .collect(),
-                    cwd_read: entry.grants.cwd == Some(CwdGrant::Read),
-                };
-                Ok(self
-                    .load_file_with(&manifest.component_path(entry), &limits)?
-                    .with_config(config)
-                    .with_grants(grants)
-                    .with_on_error(entry.on_error))
-            });
+        let specs = (manifest.specs(host_env)).map_err(|e| RegistryError::Manifest(Arc::new(e)))?;
+        let loaded = parallel_map(&specs, |spec| self.load_spec(spec));
         let mut registrations = Vec::with_capacity(loaded.len());
         for component in loaded {
             registrations.push(self.register(component?).await?);
         }
         Ok(registrations)
+    }
+
+    /// Loads the component `spec` describes (see [`Registry::load_file_with`])
+    /// with its config, limits, grants and failure policy.
+    pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, LoadError> {
+        let component = match &spec.source {
+            ContributorSource::File(path) => self.load_file_with(path, &spec.limits)?,
+            ContributorSource::Bytes { origin, bytes } => {
+                self.load_bytes_with(origin, bytes, &spec.limits)?
+            }
+        };
+        Ok(component
+            .with_config(spec.config.clone())
+            .with_grants(spec.grants.clone())
+            .with_on_error(spec.on_error))
+    }
+
+    /// Loads and registers the contributor `spec` describes.
+    pub async fn register_spec(
+        &self,
+        spec: &ContributorSpec,
+    ) -> Result<Registration, RegistryError> {
+        self.register(self.load_spec(spec)?).await
     }
 
     /// Calls `declare` once, in a sandbox (or takes what the same component

@@ -16,4 +16,9 @@ pub mod hooks;
 pub mod session;
 pub mod tool;
 
+/// The README's Rust examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest};

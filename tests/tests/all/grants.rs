@@ -18,7 +18,10 @@ fn call_in(cwd: &Path) -> ToolExecution {
 /// Registers the contributors of a manifest written from `text`.
 async fn with_manifest(registry: &Registry, text: &str) -> Vec<dsh_env::Registration> {
     let manifest = Manifest::parse(text, "grants.toml", std::env::temp_dir()).unwrap();
-    registry.register_manifest(&manifest).await.unwrap()
+    registry
+        .register_manifest(&manifest, &dsh_env::HostEnv::from_process())
+        .await
+        .unwrap()
 }
 
 /// A puppet that runs `probe` and reports it as DSH_OUT, with `grants` (TOML lines).

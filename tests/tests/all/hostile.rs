@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use dsh_env::sandbox::Grants;
+use dsh_env::Grants;
 use dsh_env::{
     ContributorError, DeclarationProblem, FailureCause, GuestFailure, HostLimits, Limits, OnError,
     OutputProblem, Overlay, Phase, Registry, RegistryError,

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use dsh_env::Grants;
 use dsh_env::engine::MAX_LIVE_INSTANCES;
-use dsh_env::sandbox::{Grants, MAX_PREPARED};
+use dsh_env::sandbox::MAX_PREPARED;
 use dsh_env::{ContributorError, FailureCause, GuestFailure, Limits, Registration, Registry};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::GuestState;
 use super::bindings;
 use crate::limits::Limits;
-use crate::manifest::OnError;
+use crate::spec::{Grants, OnError};
 
 /// A compiled contributor component, ready to be instantiated per call.
 #[derive(Clone)]
@@ -23,15 +23,6 @@ pub struct ContributorComponent {
     pub(super) on_error: OnError,
     pub(super) imports: Arc<[String]>,
     pub(super) grants: Grants,
-}
-
-/// What a contributor may see beyond its execution and config. Nothing by default.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grants {
-    /// Environment variables given to the guest (names and values).
-    pub env: Vec<(String, String)>,
-    /// Whether the agent's cwd is preopened, read-only, at its own path.
-    pub cwd_read: bool,
 }
 
 impl fmt::Debug for ContributorComponent {

@@ -11,12 +11,12 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, dsh::env::types};
-use super::component::Grants;
 use super::files::OpenFiles;
 use crate::engine;
 use crate::execution::{self, ToolExecution};
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
+use crate::spec::Grants;
 
 /// Per-instance host state: an empty WASI context and the guest's config.
 pub(crate) struct GuestState {

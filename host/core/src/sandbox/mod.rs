@@ -15,8 +15,8 @@ use crate::engine;
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{HostLimits, Limits, bounded};
-use crate::manifest::OnError;
 use crate::runtime::{Allocator, RuntimeError};
+use crate::spec::{Grants, OnError};
 
 mod component;
 mod failure;
@@ -24,7 +24,7 @@ mod files;
 mod guest;
 
 pub(crate) use component::Source;
-pub use component::{ContributorComponent, Grants, LoadError};
+pub use component::{ContributorComponent, LoadError};
 pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};

@@ -1,0 +1,384 @@
+//! A contributor's description, validated once: where its component comes
+//! from, its config, limits, grants and failure policy. The manifest's
+//! `[[contributor]]` entries, `serve`'s `register` and Rust callers all
+//! describe a contributor with a [`ContributorEntry`] (the raw form, as
+//! written) and turn it into a [`ContributorSpec`] here, so every rule
+//! lives in one place.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limits::Limits;
+
+/// What happens to an execution when a contributor fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// The collection fails, naming the contributor; the command does not run.
+    #[default]
+    Fail,
+    /// The contributor's keys are left out of this execution, with a warning.
+    Omit,
+}
+
+/// What a contributor may see beyond its execution and config. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Environment variables given to the guest (names and values).
+    pub env: Vec<(String, String)>,
+    /// Whether the agent's cwd is preopened, read-only, at its own path.
+    pub cwd_read: bool,
+}
+
+/// The host's environment variables that `grants.env` may copy, passed in
+/// (as [`crate::HomeContext`] is for the home) so that the registry never
+/// reads the process environment itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostEnv(BTreeMap<String, String>);
+
+impl HostEnv {
+    /// This process's environment (variables whose name and value are UTF-8).
+    pub fn from_process() -> Self {
+        std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .collect()
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+impl FromIterator<(String, String)> for HostEnv {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
+        HostEnv(pairs.into_iter().collect())
+    }
+}
+
+/// Where a contributor's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContributorSource {
+    /// A component file.
+    File(PathBuf),
+    /// Component bytes, named by `origin` in messages.
+    Bytes {
+        /// A label for messages (e.g. where the bytes came from).
+        origin: String,
+        /// The component.
+        bytes: Vec<u8>,
+    },
+}
+
+/// One contributor, described and validated: everything
+/// [`crate::Registry::register_spec`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContributorSpec {
+    /// The component.
+    pub source: ContributorSource,
+    /// Static configuration, served by `config.get`.
+    pub config: BTreeMap<String, String>,
+    /// The limits its instances run under.
+    pub limits: Limits,
+    /// What it may see.
+    pub grants: Grants,
+    /// What a failure of it does to an execution.
+    pub on_error: OnError,
+}
+
+impl ContributorSpec {
+    /// The component at `path`, with no config, the default limits, no
+    /// grants, and `on_error = "fail"`.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self::from_source(ContributorSource::File(path.into()))
+    }
+
+    /// The component `bytes`, named `origin` in messages, with the defaults
+    /// of [`ContributorSpec::file`].
+    pub fn bytes(origin: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        Self::from_source(ContributorSource::Bytes {
+            origin: origin.into(),
+            bytes: bytes.into(),
+        })
+    }
+
+    fn from_source(source: ContributorSource) -> Self {
+        ContributorSpec {
+            source,
+            config: BTreeMap::new(),
+            limits: Limits::default(),
+            grants: Grants::default(),
+            on_error: OnError::default(),
+        }
+    }
+
+    /// Where the component comes from, for messages.
+    pub fn origin(&self) -> String {
+        match &self.source {
+            ContributorSource::File(path) => path.display().to_string(),
+            ContributorSource::Bytes { origin, .. } => origin.clone(),
+        }
+    }
+}
+
+/// Why a contributor's description cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// A limit is out of its range.
+    #[error("limits.{field} must be {range}")]
+    Limit {
+        /// The field, e.g. `deadline_ms`.
+        field: &'static str,
+        /// What it must be, e.g. `at least 1`.
+        range: String,
+    },
+    /// A config key is set both in `config` and in `grants.config`.
+    #[error("config key `{0}` is set in both config and grants.config")]
+    ConfigInBoth(String),
+}
+
+/// A contributor as written: a manifest's `[[contributor]]` entry, or the
+/// params of `serve`'s `register`. Unknown fields are errors.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContributorEntry {
+    /// The component file.
+    pub path: PathBuf,
+    /// Static configuration, served by `config.get`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Failure policy.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// Overrides of the default limits.
+    #[serde(default)]
+    pub limits: LimitsEntry,
+    /// What the contributor may see.
+    #[serde(default)]
+    pub grants: GrantsEntry,
+}
+
+/// `[contributor.limits]`: every field optional, defaults from [`Limits`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsEntry {
+    /// Deadline per call, in milliseconds.
+    pub deadline_ms: Option<u64>,
+    /// Linear memory cap, in MiB.
+    pub memory_mib: Option<usize>,
+    /// Keys per declaration.
+    pub max_keys: Option<usize>,
+    /// Pairs per resolve.
+    pub max_pairs: Option<usize>,
+    /// Bytes per value.
+    pub max_value_bytes: Option<usize>,
+    /// Bytes per resolve, keys and values together.
+    pub max_output_bytes: Option<usize>,
+    /// Bytes of an `err(...)` message kept.
+    pub max_error_bytes: Option<usize>,
+    /// Fuel (instruction budget) per call.
+    pub fuel: Option<u64>,
+    /// Bytes of guest stdout/stderr kept for the log, per stream.
+    pub max_log_bytes: Option<usize>,
+    /// Host handles (files, streams, pollables) one instance may hold.
+    pub max_handles: Option<usize>,
+    /// Wall-clock time to compile the component, in milliseconds.
+    pub compile_timeout_ms: Option<u64>,
+    /// CPU time to compile it, in milliseconds (enforced in whole seconds).
+    pub compile_cpu_ms: Option<u64>,
+    /// Address space of the process that compiles it, in MiB.
+    pub compile_memory_mib: Option<usize>,
+}
+
+/// `[contributor.grants]`: what the contributor may see. Nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsEntry {
+    /// Static key/values served by `config.get` (merged with `[contributor.config]`).
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Host environment variables copied (by name) into the guest's environment.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// `"read"`: the agent's cwd, preopened read-only.
+    pub cwd: Option<CwdGrant>,
+}
+
+/// How the agent's cwd is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CwdGrant {
+    /// Read-only.
+    Read,
+}
+
+/// The least address space the compile helper may be given, in MiB: the
+/// helper alone maps about 150 MiB (a debug build), so nothing compiles below
+/// this; a limit a little above it still fails cleanly, naming the limit.
+const MIN_COMPILE_MEMORY_MIB: usize = 64;
+
+/// The most address space the compile helper may be given, in MiB (1 TiB:
+/// beyond that the limit means nothing).
+const MAX_COMPILE_MEMORY_MIB: usize = 1 << 20;
+
+impl ContributorEntry {
+    /// The validated spec: `path` is resolved against `base_dir`, and
+    /// `grants.env` names are looked up in `host_env` (a name that is not
+    /// set is not granted).
+    pub fn to_spec(
+        &self,
+        base_dir: &Path,
+        host_env: &HostEnv,
+    ) -> Result<ContributorSpec, SpecError> {
+        Ok(ContributorSpec {
+            source: ContributorSource::File(base_dir.join(&self.path)),
+            config: self.config()?,
+            limits: self.limits()?,
+            grants: Grants {
+                env: (self.grants.env.iter())
+                    .filter_map(|name| Some((name.clone(), host_env.get(name)?.to_string())))
+                    .collect(),
+                cwd_read: self.grants.cwd == Some(CwdGrant::Read),
+            },
+            on_error: self.on_error,
+        })
+    }
+
+    /// The default limits with this entry's overrides applied.
+    pub fn limits(&self) -> Result<Limits, SpecError> {
+        self.limits.to_limits()
+    }
+
+    /// The config served by `config.get`: `[contributor.config]` and
+    /// `[contributor.grants.config]` together; a key set in both is an error.
+    pub fn config(&self) -> Result<BTreeMap<String, String>, SpecError> {
+        let mut config = self.config.clone();
+        for (key, value) in &self.grants.config {
+            if config.insert(key.clone(), value.clone()).is_some() {
+                return Err(SpecError::ConfigInBoth(key.clone()));
+            }
+        }
+        Ok(config)
+    }
+}
+
+impl LimitsEntry {
+    /// The default limits with these overrides applied.
+    pub fn to_limits(&self) -> Result<Limits, SpecError> {
+        let mut limits = Limits::default();
+        let at_least_one = |field| SpecError::Limit {
+            field,
+            range: "at least 1".into(),
+        };
+        if let Some(ms) = self.deadline_ms {
+            if ms == 0 {
+                return Err(at_least_one("deadline_ms"));
+            }
+            limits.deadline = Duration::from_millis(ms);
+        }
+        if self.fuel == Some(0) {
+            return Err(at_least_one("fuel"));
+        }
+        limits.fuel = self.fuel.or(limits.fuel);
+        if let Some(mib) = self.memory_mib {
+            let max = crate::engine::MAX_MEMORY_BYTES >> 20;
+            if mib == 0 || mib > max {
+                return Err(SpecError::Limit {
+                    field: "memory_mib",
+                    range: format!("from 1 to {max}"),
+                });
+            }
+            limits.memory_bytes = mib << 20;
+        }
+        let caps = [
+            (self.max_keys, &mut limits.max_keys),
+            (self.max_pairs, &mut limits.max_pairs),
+            (self.max_value_bytes, &mut limits.max_value_bytes),
+            (self.max_output_bytes, &mut limits.max_output_bytes),
+            (self.max_error_bytes, &mut limits.max_error_bytes),
+            (self.max_log_bytes, &mut limits.max_log_bytes),
+            (self.max_handles, &mut limits.max_handles),
+        ];
+        for (value, slot) in caps {
+            if let Some(value) = value {
+                *slot = value;
+            }
+        }
+        let compile_times = [
+            (
+                self.compile_timeout_ms,
+                "compile_timeout_ms",
+                &mut limits.compile_timeout,
+            ),
+            (
+                self.compile_cpu_ms,
+                "compile_cpu_ms",
+                &mut limits.compile_cpu,
+            ),
+        ];
+        for (ms, field, slot) in compile_times {
+            match ms {
+                Some(0) => return Err(at_least_one(field)),
+                Some(ms) => *slot = Duration::from_millis(ms),
+                None => {}
+            }
+        }
+        if let Some(mib) = self.compile_memory_mib {
+            if !(MIN_COMPILE_MEMORY_MIB..=MAX_COMPILE_MEMORY_MIB).contains(&mib) {
+                return Err(SpecError::Limit {
+                    field: "compile_memory_mib",
+                    range: format!("from {MIN_COMPILE_MEMORY_MIB} to {MAX_COMPILE_MEMORY_MIB}"),
+                });
+            }
+            limits.compile_memory_bytes = mib << 20;
+        }
+        Ok(limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(json: serde_json::Value) -> ContributorEntry {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn grants_env_comes_from_the_host_env_passed_in() {
+        let host_env: HostEnv = [("SET".to_string(), "v".to_string())].into_iter().collect();
+        // Set in this process, but not passed in: not granted.
+        let path = std::env::var("PATH").unwrap();
+        assert!(!path.is_empty());
+        let spec = entry(
+            serde_json::json!({"path": "c.wasm", "grants": {"env": ["SET", "UNSET", "PATH"]}}),
+        )
+        .to_spec(Path::new("/base"), &host_env)
+        .unwrap();
+        assert_eq!(spec.grants.env, [("SET".to_string(), "v".to_string())]);
+        assert_eq!(spec.source, ContributorSource::File("/base/c.wasm".into()));
+    }
+
+    #[test]
+    fn a_bad_entry_names_the_field() {
+        let bad = |json| {
+            entry(json)
+                .to_spec(Path::new(""), &HostEnv::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            bad(serde_json::json!({"path": "c.wasm", "limits": {"fuel": 0}})),
+            "limits.fuel must be at least 1"
+        );
+        assert_eq!(
+            bad(
+                serde_json::json!({"path": "c.wasm", "config": {"k": "1"}, "grants": {"config": {"k": "2"}}})
+            ),
+            "config key `k` is set in both config and grants.config"
+        );
+    }
+}
