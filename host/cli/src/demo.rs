@@ -14,7 +14,7 @@ use dsh_env_harness::session::{Session, SessionStore, new_session_id};
 use dsh_env_harness::tool::BashTool;
 use serde_json::json;
 
-use super::{CliResult, Failure};
+use crate::setup::{CliResult, Failure, open_registry};
 
 /// What every scripted shell runs: print the managed environment.
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
@@ -29,7 +29,7 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
         Ok(user_home) => ArtifactCache::new(user_home.path().join("cache")),
         Err(_) => ArtifactCache::new(home_dir.join("cache")),
     };
-    let registry = super::open_registry(home, cache)?;
+    let registry = open_registry(home, cache)?;
     let default_manifest = PathBuf::from("contributors/examples.toml");
     let manifest = manifest.or_else(|| {
         default_manifest

@@ -832,3 +832,44 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
         answers[3]
     );
 }
+
+#[test]
+fn without_room_for_the_instance_pool_it_says_so_and_still_works() {
+    use std::os::unix::process::CommandExt;
+    let f = Fixture::new();
+    let mut command = f.command(
+        &[
+            "resolve",
+            "--home",
+            &f.home(),
+            "--manifest",
+            f.path("manifest.toml").to_str().unwrap(),
+        ],
+        &[],
+    );
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(|| {
+            // 16 GiB of address space: ample for the process, far too little
+            // for the pool's reservation.
+            let limit = libc::rlimit {
+                rlim_cur: 16 << 30,
+                rlim_max: 16 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let output = output_within(command, Stdio::null(), None);
+    let err = stderr(&output);
+    assert!(output.status.success(), "{err}");
+    assert!(
+        err.contains("warning: the instance pool cannot be reserved (")
+            && err.contains("allocating instances on demand"),
+        "{err}"
+    );
+    assert!(stdout(&output).contains("DSH_SHELL=1"));
+}

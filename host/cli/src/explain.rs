@@ -1,0 +1,82 @@
+//! `dsh-env explain`: each key's owner and description, and which inherited
+//! variables the scrub removes (names only, never values) and why.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use dsh_env::environment::{ScrubReason, scrub_reason};
+use dsh_env::input::escape_controls;
+use serde_json::json;
+
+use crate::setup::{CliResult, ExecutionArg, Setup, print_json};
+
+/// The arguments of `explain`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    setup: Setup,
+    #[command(flatten)]
+    execution: ExecutionArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the overlay with owners, what the scrub removed, and what was omitted.
+pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
+    let execution = args.execution.load()?;
+    let ((registry, _registrations), collection) = args.setup.collect(&execution).await?;
+    let listing: BTreeMap<String, (String, String)> = registry
+        .list()
+        .into_iter()
+        .map(|row| (row.key.to_string(), (row.owner, row.description)))
+        .collect();
+    let keys: Vec<_> = collection
+        .overlay
+        .iter()
+        .map(|(key, value)| {
+            let (owner, description) = listing.get(key.as_str()).cloned().unwrap_or_default();
+            json!({"key": key, "value": value, "owner": owner, "description": description})
+        })
+        .collect();
+    let mut scrubbed: Vec<(String, ScrubReason)> = std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let reason = scrub_reason(&name, &value)?;
+            Some((name.to_string_lossy().into_owned(), reason))
+        })
+        .collect();
+    scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
+    let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
+    if args.json {
+        let scrubbed: Vec<_> = scrubbed
+            .iter()
+            .map(|(name, reason)| {
+                json!({"name": name, "rule": reason.rule(), "reason": reason.to_string()})
+            })
+            .collect();
+        print_json(&json!({"keys": keys, "scrubbed": scrubbed, "omitted": omitted}));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("Overlay:");
+    for key in &keys {
+        let field = |name: &str| escape_controls(key[name].as_str().unwrap_or_default());
+        println!(
+            "  {}={}  ({}: {})",
+            field("key"),
+            field("value"),
+            field("owner"),
+            field("description")
+        );
+    }
+    println!("Removed from the inherited environment:");
+    if scrubbed.is_empty() {
+        println!("  (nothing)");
+    }
+    for (name, reason) in &scrubbed {
+        println!("  {}: {reason}", escape_controls(name));
+    }
+    for warning in &omitted {
+        println!("Omitted: {}", escape_controls(warning));
+    }
+    Ok(ExitCode::SUCCESS)
+}

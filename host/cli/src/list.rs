@@ -1,0 +1,38 @@
+//! `dsh-env list`: every key with its owner and description; runs no resolver.
+
+use std::process::ExitCode;
+
+use dsh_env::input::escape_controls;
+
+use crate::setup::{CliResult, Setup, print_json};
+
+/// The arguments of `list`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    setup: Setup,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the registry's keys.
+pub(crate) async fn run(Args { setup, json }: Args) -> CliResult<ExitCode> {
+    let (registry, _registrations) = setup.open().await?;
+    let rows = registry.list();
+    if json {
+        print_json(&rows);
+    } else {
+        let width = rows.iter().map(|r| r.key.as_str().len()).max().unwrap_or(0);
+        let owner_width = rows.iter().map(|r| r.owner.len()).max().unwrap_or(0);
+        for row in rows {
+            println!(
+                "{:<width$}  {:<owner_width$}  {}",
+                row.key,
+                escape_controls(&row.owner),
+                escape_controls(&row.description)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

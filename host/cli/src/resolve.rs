@@ -1,0 +1,32 @@
+//! `dsh-env resolve`: the overlay for one execution.
+
+use std::process::ExitCode;
+
+use crate::setup::{CliResult, ExecutionArg, Setup, print_json};
+
+/// The arguments of `resolve`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    setup: Setup,
+    #[command(flatten)]
+    execution: ExecutionArg,
+    /// Print a sorted JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints one `KEY=value` line per key (values cannot hold a line break), or JSON.
+pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
+    let execution = args.execution.load()?;
+    let (_registered, collection) = args.setup.collect(&execution).await?;
+    let overlay = collection.overlay;
+    if args.json {
+        print_json(&overlay.to_map());
+    } else {
+        for (key, value) in overlay.iter() {
+            println!("{key}={value}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,171 @@
+//! What every command shares: failures and exit codes, opening a registry
+//! from `--manifest`/`--home`, reading `--execution`, printing JSON.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
+use dsh_env::{
+    Allocator, ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest,
+    Registration, Registry, Runtime, ToolExecution,
+};
+
+/// An error and the exit code it maps to.
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// A usage or configuration error (exit 2).
+    pub(crate) fn config(message: impl std::fmt::Display) -> Self {
+        Failure {
+            code: 2,
+            message: message.to_string(),
+        }
+    }
+
+    /// A runtime failure (exit 1).
+    pub(crate) fn runtime(message: impl std::fmt::Display) -> Self {
+        Failure {
+            code: 1,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// A command's outcome.
+pub(crate) type CliResult<T = ()> = Result<T, Failure>;
+
+/// A registry and the registrations that keep its contributors registered.
+pub(crate) type Registered = (Registry, Vec<Registration>);
+
+/// `--manifest` and `--home`.
+#[derive(Args)]
+pub(crate) struct Setup {
+    /// A manifest of contributors to register.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<PathBuf>,
+    /// The harness home (default: the manifest's `home`, then $DSH_HOME, then ~/.dsh).
+    #[arg(long, value_name = "DIR")]
+    home: Option<String>,
+}
+
+/// `--execution`.
+#[derive(Args)]
+pub(crate) struct ExecutionArg {
+    /// The execution as JSON (reference harness shape), from a file or `-` for
+    /// stdin. Without it: a call with no agent.
+    #[arg(long, value_name = "FILE|-")]
+    execution: Option<String>,
+}
+
+/// A registry for `home` in a new runtime, keeping compiled components in
+/// `cache`. Says so on stderr when the instance pool cannot be reserved.
+pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Registry> {
+    let runtime = Runtime::new().map_err(Failure::runtime)?;
+    if let Allocator::OnDemand { reason } = runtime.allocator() {
+        eprintln!(
+            "dsh-env: warning: the instance pool cannot be reserved ({}); allocating \
+             instances on demand, which is slower",
+            escape_controls(reason)
+        );
+    }
+    Ok(Registry::with_runtime(&runtime, home, cache))
+}
+
+/// A registry for the home of this process (`$DSH_HOME`, else `~/.dsh`).
+pub(crate) fn open_default_registry() -> CliResult<Registry> {
+    let home = DshHome::resolve(&[], &HomeContext::from_process()).map_err(Failure::config)?;
+    let cache = ArtifactCache::new(home.path().join("cache"));
+    open_registry(home, cache)
+}
+
+impl Setup {
+    /// Opens the registry and collects for `execution`; a contributor
+    /// failure is a runtime error (exit 1).
+    pub(crate) async fn collect(
+        &self,
+        execution: &ToolExecution,
+    ) -> CliResult<(Registered, Collection)> {
+        let (registry, registrations) = self.open().await?;
+        let collection = registry
+            .collect_report(execution)
+            .await
+            .map_err(Failure::runtime)?;
+        Ok(((registry, registrations), collection))
+    }
+
+    /// Resolves the home, opens a registry, and registers the manifest's contributors.
+    pub(crate) async fn open(&self) -> CliResult<Registered> {
+        let manifest = self
+            .manifest
+            .as_deref()
+            .map(Manifest::from_file)
+            .transpose()
+            .map_err(Failure::config)?;
+        let mut explicit = Vec::new();
+        if let Some(path) = &self.home {
+            explicit.push(HomeSetting {
+                origin: "--home".into(),
+                path: path.clone(),
+            });
+        }
+        if let Some(path) = manifest.as_ref().and_then(|m| m.home.clone()) {
+            let origin = manifest
+                .as_ref()
+                .map(|m| m.origin.clone())
+                .unwrap_or_default();
+            explicit.push(HomeSetting { origin, path });
+        }
+        let home =
+            DshHome::resolve(&explicit, &HomeContext::from_process()).map_err(Failure::config)?;
+        let cache = ArtifactCache::new(home.path().join("cache"));
+        let registry = open_registry(home, cache)?;
+        let registrations = match &manifest {
+            Some(manifest) => registry
+                .register_manifest(manifest, &HostEnv::from_process())
+                .await
+                .map_err(Failure::config)?,
+            None => Vec::new(),
+        };
+        Ok((registry, registrations))
+    }
+}
+
+impl ExecutionArg {
+    /// The execution named by `--execution`, or a call with no agent.
+    pub(crate) fn load(&self) -> CliResult<ToolExecution> {
+        let Some(source) = &self.execution else {
+            return Ok(ToolExecution::new("cli", "bash"));
+        };
+        let text = if source == "-" {
+            read_capped(std::io::stdin().lock(), MAX_EXECUTION_BYTES)
+                .and_then(utf8)
+                .map_err(|e| {
+                    Failure::config(format!("cannot read the execution from stdin: {e}"))
+                })?
+        } else {
+            read_regular_text(Path::new(source), MAX_EXECUTION_BYTES)
+                .map_err(|e| Failure::config(format!("cannot read execution {e}")))?
+        };
+        let shown = escape_controls(source);
+        ToolExecution::from_json(&text)
+            .map_err(|e| Failure::config(format!("execution {shown}: {e}")))
+    }
+}
+
+/// Parses `NAME=VALUE`.
+pub(crate) fn parse_env_pair(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub(crate) fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => println!("{text}"),
+        Err(err) => eprintln!("dsh-env: cannot print JSON: {err}"),
+    }
+}
