@@ -16,4 +16,6 @@ pub mod hooks;
 pub mod session;
 pub mod tool;
 
-pub use executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
+pub use executor::{
+    BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest, ShellExecutor,
+};
