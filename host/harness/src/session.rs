@@ -352,27 +352,30 @@ mod tests {
         assert!(ids.is_sorted(), "v7 ids sort in creation order");
     }
 
-    /// Each rejected id with the text its error must show (escaped).
-    const BAD_IDS: [(&str, &str); 9] = [
-        ("../x", "`../x`"),
-        ("../../../../tmp/escaped", "`../../../../tmp/escaped`"),
-        ("/tmp/abs", "`/tmp/abs`"),
-        ("sub/0191d5a0-0000-7000-8000-000000000000", "`sub/0191"),
-        ("", "``"),
-        ("x\n", "`x\\n`"),
-        ("0191D5A0-0000-7000-8000-000000000000", "`0191D5A0"),
-        ("{0191d5a0-0000-7000-8000-000000000000}", "`{0191d5a0"),
-        (
-            "0191d5a0000070008000000000000000",
-            "`0191d5a0000070008000000000000000`",
-        ),
-    ];
-
     #[test]
     fn an_invalid_id_names_no_file_and_is_refused_by_path_load_and_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SessionStore::new(dir.path().join("sessions"));
-        for (id, shown) in BAD_IDS {
+        let store = SessionStore::new(dir.path().join("a/sessions"));
+        let absolute = dir.path().join("abs").display().to_string();
+        // Each id with the start of its error's text (escaped).
+        let bad = [
+            ("../x", "`../x`".to_string()),
+            ("../../x", "`../../x`".to_string()),
+            (&absolute, format!("`{absolute}`")),
+            ("a/0191d5a0-0000-7000-8000-000000000000", "`a/0191".into()),
+            ("", "``".into()),
+            ("x\n", "`x\\n`".into()),
+            ("0191D5A0-0000-7000-8000-000000000000", "`0191D5A0".into()),
+            (
+                "{0191d5a0-0000-7000-8000-000000000000}",
+                "`{0191d5a0".into(),
+            ),
+            (
+                "0191d5a0000070008000000000000000",
+                "`0191d5a0000070008".into(),
+            ),
+        ];
+        for (id, shown) in bad {
             let refused = |err: SessionError| {
                 assert!(matches!(&err, SessionError::InvalidId { id: given } if given == id));
                 let text = err.to_string();
@@ -388,9 +391,9 @@ mod tests {
             session.header.id = id.to_string();
             refused(store.checkpoint(&session).unwrap_err());
         }
-        assert!(!dir.path().join("x.jsonl").exists());
-        assert!(!Path::new("/tmp/escaped.jsonl").exists());
-        assert!(!dir.path().join("sessions").exists(), "nothing written");
+        for outside in ["a/x.jsonl", "x.jsonl", "abs.jsonl", "a/sessions"] {
+            assert!(!dir.path().join(outside).exists(), "{outside} written");
+        }
     }
 
     /// A file whose header names another session is refused: resuming it
