@@ -41,19 +41,23 @@ impl Harness {
         }
     }
 
-    fn agent(&self, session: Session, commands: &[&str]) -> AgentLoop {
+    fn agent(&self, session: Session, commands: &[&str]) -> AgentLoop<ScriptedModel> {
         let tool = BashTool::new(self.registry.clone(), LocalExecutor, "/");
         let model = ScriptedModel::bash_turn(commands, "done");
         AgentLoop::new(
             session,
-            Box::new(model),
+            model,
             tool,
             Hooks::none(self.registry.clone()),
             self.store.clone(),
         )
     }
 
-    async fn one_call(&self, session: Session, command: &str) -> (AgentLoop, String) {
+    async fn one_call(
+        &self,
+        session: Session,
+        command: &str,
+    ) -> (AgentLoop<ScriptedModel>, String) {
         let mut agent = self.agent(session, &[command]);
         let records = agent.run_turn("go").await.unwrap();
         let [record] = &records[..] else {
@@ -78,7 +82,7 @@ async fn keyless_full_loop_with_resume_fork_spawn_and_concurrent_agents() {
     // A fresh session has its id before its first turn; no file yet.
     let session = Session::new(cwd.path().display().to_string());
     let id = session.id().to_string();
-    assert!(!harness.store.path(&id).exists());
+    assert!(!harness.store.path(&id).unwrap().exists());
     let (agent, output) = harness.one_call(session, PRINT).await;
     let lines: Vec<&str> = output.lines().collect();
     let home_str = home.path().display().to_string();
@@ -88,7 +92,7 @@ async fn keyless_full_loop_with_resume_fork_spawn_and_concurrent_agents() {
     );
 
     // After the turn, the file exists with the right header.
-    let path = harness.store.path(&id);
+    let path = harness.store.path(&id).unwrap();
     let first_line = std::fs::read_to_string(&path)
         .unwrap()
         .lines()

@@ -20,7 +20,8 @@ use crate::setup::{CliResult, Failure, open_registry};
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
 
 pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
-    let home_dir = std::env::temp_dir().join(format!("dsh-env-demo-{}", &new_session_id()[..8]));
+    // The whole id: a UUIDv7 begins with the time, so a prefix repeats.
+    let home_dir = std::env::temp_dir().join(format!("dsh-env-demo-{}", new_session_id()));
     std::fs::create_dir_all(&home_dir).map_err(Failure::runtime)?;
     let home = DshHome::from_absolute(&home_dir).map_err(Failure::config)?;
     // The home is new each run; the compiled components are kept in the
@@ -71,10 +72,10 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
     let agent = |session: Session| {
         let tool = BashTool::new(registry.clone(), LocalExecutor, "/");
         let model = ScriptedModel::bash_turn(&[SHOW_ENV], "done");
-        AgentLoop::new(session, Box::new(model), tool, hooks.clone(), store.clone())
+        AgentLoop::new(session, model, tool, hooks.clone(), store.clone())
     };
     let (mut parent_agent, mut child_agent) = (agent(parent), agent(child));
-    let run = async |agent: &mut AgentLoop| -> CliResult<Vec<CallRecord>> {
+    let run = async |agent: &mut AgentLoop<ScriptedModel>| -> CliResult<Vec<CallRecord>> {
         agent.start("startup").await;
         agent
             .run_turn("Show me the DSH environment.")
@@ -97,7 +98,8 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
     }
     println!("\nSession files (JSONL, written at the end of each turn):");
     for agent in [&parent_agent, &child_agent] {
-        println!("  {}", store.path(agent.session().id()).display());
+        let path = store.path(agent.session().id()).map_err(Failure::runtime)?;
+        println!("  {}", path.display());
     }
     Ok(())
 }

@@ -2,13 +2,15 @@
 //! the session is checkpointed at the end of every turn.
 //!
 //! The model is pluggable; [`ScriptedModel`] replays a script, so the whole
-//! loop runs (and is tested) with no API key.
+//! loop runs (and is tested) with no API key. The executor is too: the bash
+//! tool and the hooks run their commands with the same [`ShellExecutor`].
 
 use std::collections::VecDeque;
+use std::future::Future;
 
 use serde_json::{Value, json};
 
-use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor};
+use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecutor};
 use crate::hooks::{HookEvent, HookRun, Hooks};
 use crate::session::{Event, Session, SessionError, SessionStore};
 use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
@@ -38,10 +40,12 @@ pub enum ModelResponse {
     Final(String),
 }
 
-/// A model: given the history, the next step.
+/// A model: given the history, the next step. Async, so a model client
+/// awaits its network call instead of blocking a runtime worker; an
+/// implementation may write `async fn respond`.
 pub trait Model: Send {
     /// The next response for this history.
-    fn respond(&mut self, history: &[Event]) -> ModelResponse;
+    fn respond(&mut self, history: &[Event]) -> impl Future<Output = ModelResponse> + Send;
 }
 
 /// A model that replays a fixed script, then answers "done".
@@ -75,7 +79,7 @@ impl ScriptedModel {
 }
 
 impl Model for ScriptedModel {
-    fn respond(&mut self, _history: &[Event]) -> ModelResponse {
+    async fn respond(&mut self, _history: &[Event]) -> ModelResponse {
         self.script
             .pop_front()
             .unwrap_or_else(|| ModelResponse::Final("done".into()))
@@ -108,12 +112,13 @@ pub struct CallRecord {
     pub hooks: Vec<HookRun>,
 }
 
-/// One agent: its session, model, tool, hooks and store.
-pub struct AgentLoop {
+/// One agent: its session, model `M`, tool, hooks and store; the tool and
+/// the hooks run commands with `E`.
+pub struct AgentLoop<M, E = LocalExecutor> {
     session: Session,
-    model: Box<dyn Model>,
-    tool: BashTool<LocalExecutor>,
-    hooks: Hooks,
+    model: M,
+    tool: BashTool<E>,
+    hooks: Hooks<E>,
     store: SessionStore,
     calls: u64,
     background: Vec<(String, BackgroundHandle)>,
@@ -121,13 +126,13 @@ pub struct AgentLoop {
     pub hook_log: Vec<HookRun>,
 }
 
-impl AgentLoop {
+impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
     /// An agent for `session`. Nothing is written until the first turn ends.
     pub fn new(
         session: Session,
-        model: Box<dyn Model>,
-        tool: BashTool<LocalExecutor>,
-        hooks: Hooks,
+        model: M,
+        tool: BashTool<E>,
+        hooks: Hooks<E>,
         store: SessionStore,
     ) -> Self {
         AgentLoop {
@@ -166,7 +171,7 @@ impl AgentLoop {
         let mut records = Vec::new();
         let mut finished = false;
         for _ in 0..MAX_STEPS_PER_TURN {
-            match self.model.respond(&self.session.events) {
+            match self.model.respond(&self.session.events).await {
                 ModelResponse::Final(text) => {
                     self.session.events.push(Event::Message {
                         role: "assistant".into(),

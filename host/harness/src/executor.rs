@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -136,6 +137,31 @@ impl LocalExecutor {
         let pid = child.id();
         let task = tokio::spawn(finish(child, stdin, request.timeout, request.output_cap));
         Ok(BackgroundHandle::new(pid, task))
+    }
+}
+
+/// Runs requests; [`LocalExecutor`] spawns them, a test may record them.
+/// The bash tool, hooks and the agent loop are generic over it.
+pub trait ShellExecutor: Send + Sync {
+    /// Runs a foreground request to completion.
+    fn run(
+        &self,
+        request: ShellExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, ExecError>> + Send;
+    /// Starts a background request.
+    fn spawn_background(&self, request: ShellExecRequest) -> Result<BackgroundHandle, ExecError>;
+}
+
+impl ShellExecutor for LocalExecutor {
+    fn run(
+        &self,
+        request: ShellExecRequest,
+    ) -> impl Future<Output = Result<ExecOutput, ExecError>> + Send {
+        LocalExecutor::run(self, request)
+    }
+
+    fn spawn_background(&self, request: ShellExecRequest) -> Result<BackgroundHandle, ExecError> {
+        LocalExecutor::spawn_background(self, request)
     }
 }
 

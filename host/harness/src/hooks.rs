@@ -1,6 +1,7 @@
 //! Hook bridges: hook commands configured in the Claude Code or Codex
-//! `hooks.json` format, run through the local executor with the managed
-//! overlay, with the event's JSON payload on stdin.
+//! `hooks.json` format, run through an executor (the local one unless
+//! [`Hooks::with_executor`] says otherwise) with the managed overlay, with
+//! the event's JSON payload on stdin.
 //!
 //! ```json
 //! {"hooks": {"PreToolUse": [{"matcher": "Bash",
@@ -18,7 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::executor::{LocalExecutor, ShellExecRequest};
+use crate::executor::{LocalExecutor, ShellExecRequest, ShellExecutor};
 use crate::session::Session;
 use dsh_env::execution::ToolExecution;
 use dsh_env::registry::Registry;
@@ -130,19 +131,20 @@ pub struct HookRun {
     pub blocked: bool,
 }
 
-/// Configured hooks of one dialect, and how to run them.
+/// Configured hooks of one dialect, and how to run them: with `E`.
 #[derive(Clone)]
-pub struct Hooks {
+pub struct Hooks<E = LocalExecutor> {
     dialect: HookDialect,
     file: HooksFile,
     registry: Registry,
+    executor: E,
 }
 
 /// The default timeout of a hook without one (Claude Code's default).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Hooks {
-    /// Parses a hooks.json document.
+    /// Parses a hooks.json document; its hooks run on this machine.
     pub fn parse(
         text: &str,
         origin: &str,
@@ -168,6 +170,7 @@ impl Hooks {
             dialect,
             file,
             registry,
+            executor: LocalExecutor,
         })
     }
 
@@ -194,7 +197,25 @@ impl Hooks {
                 hooks: BTreeMap::new(),
             },
             registry,
+            executor: LocalExecutor,
         }
+    }
+}
+
+impl<E: ShellExecutor> Hooks<E> {
+    /// The same hooks, run by `executor` instead.
+    pub fn with_executor<F: ShellExecutor>(self, executor: F) -> Hooks<F> {
+        Hooks {
+            dialect: self.dialect,
+            file: self.file,
+            registry: self.registry,
+            executor,
+        }
+    }
+
+    /// The executor (e.g. to give the bash tool the same one).
+    pub fn executor(&self) -> &E {
+        &self.executor
     }
 
     /// The JSON payload a hook of this dialect receives on stdin.
@@ -278,7 +299,7 @@ impl Hooks {
         request.timeout = hook
             .timeout
             .map_or(DEFAULT_HOOK_TIMEOUT, Duration::from_secs);
-        match LocalExecutor.run(request).await {
+        match self.executor.run(request).await {
             Ok(output) => {
                 run.exit_code = output.exit_code;
                 run.stdout = String::from_utf8_lossy(&output.stdout).into_owned();

@@ -21,4 +21,6 @@ pub mod tool;
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
-pub use executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
+pub use executor::{
+    BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest, ShellExecutor,
+};

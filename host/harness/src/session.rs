@@ -6,15 +6,21 @@
 //!
 //! One file per session, `<root>/<id>.jsonl`: the header line
 //! (`{"type":"session","id":...}`), then one event per line. It is written at
-//! turn-end checkpoints, by writing a temporary file and renaming it, so the
-//! file may not exist during the first turn and a crash never leaves a file
-//! that fails to load.
+//! turn-end checkpoints ([`dsh_env::atomic_file::write`]: a temporary file,
+//! synced, then renamed), so the file may not exist during the first turn
+//! and a crash never leaves a file that fails to load.
+//!
+//! A session id is a UUID in its canonical text: 36 characters, lowercase
+//! hex and hyphens ([`is_valid_session_id`]). New ids are UUIDv7, so they
+//! sort by creation time; ids of any UUID version are accepted, so files
+//! written with the earlier random (v4-shaped) ids still load. The store
+//! builds a path only from a valid id, so no id can name a file outside it.
 
-use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use dsh_env::execution::Agent;
 
@@ -44,8 +50,8 @@ pub struct ParentLink {
 pub struct SessionHeader {
     /// The session id, fixed at creation.
     pub id: String,
-    /// When the session was created (RFC 3339, UTC).
-    pub created_at: String,
+    /// When the session was created (RFC 3339 in the file, UTC, to the second).
+    pub created_at: Timestamp,
     /// The agent's working directory.
     pub cwd: String,
     /// Where it came from, if anywhere.
@@ -113,7 +119,7 @@ impl Session {
         Session {
             header: SessionHeader {
                 id: new_session_id(),
-                created_at: now_rfc3339(),
+                created_at: now(),
                 cwd: cwd.into(),
                 parent: None,
                 depth: 0,
@@ -132,7 +138,7 @@ impl Session {
         Session {
             header: SessionHeader {
                 id: new_session_id(),
-                created_at: now_rfc3339(),
+                created_at: now(),
                 cwd: self.header.cwd.clone(),
                 parent: Some(ParentLink {
                     session_id: self.header.id.clone(),
@@ -149,7 +155,7 @@ impl Session {
         Session {
             header: SessionHeader {
                 id: new_session_id(),
-                created_at: now_rfc3339(),
+                created_at: now(),
                 cwd: cwd.into(),
                 parent: Some(ParentLink {
                     session_id: self.header.id.clone(),
@@ -175,6 +181,15 @@ impl Session {
 /// Why a session file could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// The id is not a session id, so the store names no file for it.
+    #[error(
+        "invalid session id `{}`: a session id is a lowercase, hyphenated UUID",
+        id.escape_debug()
+    )]
+    InvalidId {
+        /// The id, as given.
+        id: String,
+    },
     /// An I/O error, with the file.
     #[error("session file {path}: {source}")]
     Io {
@@ -216,14 +231,17 @@ impl SessionStore {
         SessionStore { root: root.into() }
     }
 
-    /// The file of session `id`.
-    pub fn path(&self, id: &str) -> PathBuf {
-        self.root.join(format!("{id}.jsonl"))
+    /// The file of session `id`; an invalid id names no file.
+    pub fn path(&self, id: &str) -> Result<PathBuf, SessionError> {
+        if !is_valid_session_id(id) {
+            return Err(SessionError::InvalidId { id: id.to_string() });
+        }
+        Ok(self.root.join(format!("{id}.jsonl")))
     }
 
-    /// Writes the whole session atomically (write, then rename).
+    /// Writes the whole session atomically (write, sync, then rename).
     pub fn checkpoint(&self, session: &Session) -> Result<PathBuf, SessionError> {
-        let path = self.path(session.id());
+        let path = self.path(session.id())?;
         let io = |source| SessionError::Io {
             path: path.display().to_string(),
             source,
@@ -242,11 +260,11 @@ impl SessionStore {
     /// Loads session `id` (resume keeps its id). A final line that does not
     /// parse (a torn append by another writer) is dropped, not fatal.
     pub fn load(&self, id: &str) -> Result<Session, SessionError> {
-        load_file(&self.path(id))
+        load_file(&self.path(id)?, id)
     }
 }
 
-fn load_file(path: &Path) -> Result<Session, SessionError> {
+fn load_file(path: &Path, id: &str) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
     // The model can run commands under the home: a session file may have
     // become a FIFO, or grown without end.
@@ -267,6 +285,17 @@ fn load_file(path: &Path) -> Result<Session, SessionError> {
         .ok_or_else(|| malformed(1, "empty file".into()))?;
     let header: HeaderLine =
         serde_json::from_str(first).map_err(|e| malformed(1, e.to_string()))?;
+    // The model can write files under the home: a header naming another id
+    // would make the next checkpoint write another session's file.
+    if header.header.id != id {
+        return Err(malformed(
+            1,
+            format!(
+                "the header's id `{}` is not the file's",
+                header.header.id.escape_debug()
+            ),
+        ));
+    }
     let mut events = Vec::new();
     for (index, text) in lines.iter().enumerate().skip(1) {
         match serde_json::from_str(text) {
@@ -288,47 +317,23 @@ fn line(value: &impl Serialize) -> String {
     text
 }
 
-/// A random, UUID-shaped session id.
+/// A fresh session id: a UUIDv7 (time-ordered), in its canonical text.
 pub fn new_session_id() -> String {
-    // RandomState is seeded from the OS's randomness; two hashers give 128 bits.
-    let word = || {
-        std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish()
-    };
-    let (a, b) = (word(), word());
-    format!(
-        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0x0fff,
-        0x8000 | (b >> 48) & 0x3fff,
-        b & 0xffff_ffff_ffff
-    )
+    Uuid::now_v7().hyphenated().to_string()
 }
 
-/// The current time as RFC 3339, UTC, to the second.
-fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+/// Whether the store accepts `id`: a UUID of any version in its canonical
+/// text (lowercase, hyphenated), so it holds no `/`, `.` or control
+/// character and each session has exactly one spelling, hence one file.
+pub fn is_valid_session_id(id: &str) -> bool {
+    Uuid::try_parse(id)
+        .is_ok_and(|uuid| uuid.hyphenated().encode_lower(&mut Uuid::encode_buffer()) == id)
+}
+
+/// Now, to the second (as the header has always been written).
+fn now() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
 #[cfg(test)]
@@ -336,19 +341,118 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_fresh_and_uuid_shaped() {
-        let (a, b) = (new_session_id(), new_session_id());
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(a.matches('-').count(), 4);
-        assert_eq!(&a[14..15], "4");
+    fn new_ids_are_unique_valid_and_time_ordered() {
+        let ids: Vec<String> = (0..1000).map(|_| new_session_id()).collect();
+        let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        for id in &ids {
+            assert!(is_valid_session_id(id), "{id}");
+            assert_eq!(Uuid::try_parse(id).unwrap().get_version_num(), 7, "{id}");
+        }
+        assert!(ids.is_sorted(), "v7 ids sort in creation order");
     }
 
     #[test]
-    fn timestamps_are_rfc3339() {
-        let now = now_rfc3339();
-        assert_eq!(now.len(), 20, "{now}");
-        assert!(now.starts_with("20") && now.ends_with('Z'), "{now}");
+    fn an_invalid_id_names_no_file_and_is_refused_by_path_load_and_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path().join("a/sessions"));
+        let absolute = dir.path().join("abs").display().to_string();
+        // Each id with the start of its error's text (escaped).
+        let bad = [
+            ("../x", "`../x`".to_string()),
+            ("../../x", "`../../x`".to_string()),
+            (&absolute, format!("`{absolute}`")),
+            ("a/0191d5a0-0000-7000-8000-000000000000", "`a/0191".into()),
+            ("", "``".into()),
+            ("x\n", "`x\\n`".into()),
+            ("0191D5A0-0000-7000-8000-000000000000", "`0191D5A0".into()),
+            (
+                "{0191d5a0-0000-7000-8000-000000000000}",
+                "`{0191d5a0".into(),
+            ),
+            (
+                "0191d5a0000070008000000000000000",
+                "`0191d5a0000070008".into(),
+            ),
+        ];
+        for (id, shown) in bad {
+            let refused = |err: SessionError| {
+                assert!(matches!(&err, SessionError::InvalidId { id: given } if given == id));
+                let text = err.to_string();
+                assert!(
+                    text.starts_with(&format!("invalid session id {shown}")),
+                    "{text}"
+                );
+                assert!(!text.contains('\n'), "escaped: {text}");
+            };
+            refused(store.path(id).unwrap_err());
+            refused(store.load(id).unwrap_err());
+            let mut session = Session::new("/w");
+            session.header.id = id.to_string();
+            refused(store.checkpoint(&session).unwrap_err());
+        }
+        for outside in ["a/x.jsonl", "x.jsonl", "abs.jsonl", "a/sessions"] {
+            assert!(!dir.path().join(outside).exists(), "{outside} written");
+        }
+    }
+
+    /// A file whose header names another session is refused: resuming it
+    /// would checkpoint over that other session's file.
+    #[test]
+    fn a_header_naming_another_id_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path());
+        let (a, b) = (Session::new("/w"), Session::new("/w"));
+        let written = store.checkpoint(&a).unwrap();
+        std::fs::rename(written, store.path(b.id()).unwrap()).unwrap();
+        let err = store.load(b.id()).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "line 1: the header's id `{}` is not the file's",
+                a.id()
+            )),
+            "{err}"
+        );
+    }
+
+    /// Files written before ids were UUIDv7 (random v4-shaped ids, times to
+    /// the second) load unchanged, and are written back the same way.
+    #[test]
+    fn an_older_session_file_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(dir.path());
+        let id = "5f0c6b1e-93a2-4d7e-a1b0-6c2f9e8d7a41";
+        let text = format!(
+            "{{\"type\":\"session\",\"id\":\"{id}\",\"createdAt\":\"2026-11-30T23:59:07Z\",\"cwd\":\"/w\",\"depth\":0}}\n\
+             {{\"type\":\"message\",\"role\":\"user\",\"text\":\"hi\"}}\n"
+        );
+        std::fs::write(store.path(id).unwrap(), &text).unwrap();
+        let session = store.load(id).unwrap();
+        assert_eq!(session.id(), id);
+        assert_eq!(
+            session.header.created_at.to_string(),
+            "2026-11-30T23:59:07Z"
+        );
+        assert_eq!(session.events.len(), 1);
+        store.checkpoint(&session).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(store.path(id).unwrap()).unwrap(),
+            text
+        );
+    }
+
+    #[test]
+    fn created_at_is_rfc3339_utc_to_the_second() {
+        let before = Timestamp::now().as_second();
+        let header = serde_json::to_value(&Session::new("/w").header).unwrap();
+        let text = header["createdAt"].as_str().unwrap();
+        assert_eq!(text.len(), 20, "{text}");
+        assert!(text.ends_with('Z'), "{text}");
+        let parsed: Timestamp = text.parse().unwrap();
+        assert!(
+            (before..=before + 1).contains(&parsed.as_second()),
+            "{text}"
+        );
     }
 
     #[test]
@@ -379,13 +483,14 @@ mod tests {
     fn a_session_file_that_became_a_fifo_is_refused_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let store = SessionStore::new(dir.path());
-        let path = store.path("s1");
+        let id = new_session_id();
+        let path = store.path(&id).unwrap();
         let made = std::process::Command::new("mkfifo")
             .arg(&path)
             .status()
             .unwrap();
         assert!(made.success());
-        let err = store.load("s1").unwrap_err().to_string();
+        let err = store.load(&id).unwrap_err().to_string();
         assert!(err.contains("is a FIFO, not a regular file"), "{err}");
         assert!(err.contains(&path.display().to_string()), "{err}");
     }

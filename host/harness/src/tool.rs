@@ -3,13 +3,14 @@
 //! and `timeout` are read; any `env`, `stdin` or other field a model sends is
 //! ignored, so a model can neither set nor displace a `DSH_*` value.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest};
+// Re-exported here, where the bash tool first made it generic.
+pub use crate::executor::ShellExecutor;
+use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
 use dsh_env::execution::{Mode, ToolExecution};
 use dsh_env::registry::{ContributorError, Registry};
 
@@ -37,30 +38,6 @@ pub struct BashArguments {
     /// Timeout in milliseconds (capped at [`MAX_TIMEOUT`]).
     #[serde(default)]
     pub timeout: Option<u64>,
-}
-
-/// Runs requests; [`LocalExecutor`] spawns them, a test may record them.
-pub trait ShellExecutor: Send + Sync {
-    /// Runs a foreground request to completion.
-    fn run(
-        &self,
-        request: ShellExecRequest,
-    ) -> impl Future<Output = Result<ExecOutput, ExecError>> + Send;
-    /// Starts a background request.
-    fn spawn_background(&self, request: ShellExecRequest) -> Result<BackgroundHandle, ExecError>;
-}
-
-impl ShellExecutor for LocalExecutor {
-    fn run(
-        &self,
-        request: ShellExecRequest,
-    ) -> impl Future<Output = Result<ExecOutput, ExecError>> + Send {
-        LocalExecutor::run(self, request)
-    }
-
-    fn spawn_background(&self, request: ShellExecRequest) -> Result<BackgroundHandle, ExecError> {
-        LocalExecutor::spawn_background(self, request)
-    }
 }
 
 /// What a bash call produced.

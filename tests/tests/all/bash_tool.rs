@@ -1,50 +1,14 @@
 //! The model-facing bash tool, with a recording executor: what reaches a
 //! request, and that every call collects its own snapshot.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use dsh_env::{Agent, ToolExecution};
-use dsh_env_harness::tool::{BASH_TOOL_DESCRIPTION, BashOutcome, BashTool, ShellExecutor};
-use dsh_env_harness::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
+use dsh_env_harness::tool::{BASH_TOOL_DESCRIPTION, BashOutcome, BashTool};
 use dsh_env_tests::{agent_call, artifacts, puppet, registry};
 use serde_json::json;
 
-/// Records every request instead of running it.
-#[derive(Clone, Default)]
-struct Recorder {
-    requests: Arc<Mutex<Vec<(ShellExecRequest, bool)>>>,
-}
-
-impl Recorder {
-    fn taken(&self) -> Vec<(ShellExecRequest, bool)> {
-        std::mem::take(&mut self.requests.lock().unwrap())
-    }
-}
-
-fn ok() -> ExecOutput {
-    ExecOutput {
-        exit_code: Some(0),
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-        truncated: false,
-        timed_out: false,
-    }
-}
-
-impl ShellExecutor for Recorder {
-    async fn run(&self, request: ShellExecRequest) -> Result<ExecOutput, ExecError> {
-        self.requests.lock().unwrap().push((request, false));
-        Ok(ok())
-    }
-
-    fn spawn_background(&self, request: ShellExecRequest) -> Result<BackgroundHandle, ExecError> {
-        self.requests.lock().unwrap().push((request, true));
-        Ok(BackgroundHandle::new(
-            None,
-            tokio::spawn(async { Ok(ok()) }),
-        ))
-    }
-}
+use crate::recorder::Recorder;
 
 async fn tool() -> (BashTool<Recorder>, Vec<dsh_env::Registration>) {
     let registry = registry();

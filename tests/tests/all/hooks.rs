@@ -4,13 +4,15 @@
 use std::path::Path;
 
 use dsh_env::Registry;
-use dsh_env_harness::LocalExecutor;
+use dsh_env_harness::ShellExecutor;
 use dsh_env_harness::agent::{AgentLoop, ScriptedModel};
 use dsh_env_harness::hooks::{HookDialect, Hooks};
 use dsh_env_harness::session::{Session, SessionStore};
 use dsh_env_harness::tool::BashTool;
 use dsh_env_tests::registry;
 use serde_json::{Value, json};
+
+use crate::recorder::Recorder;
 
 /// A hooks.json whose hooks save their stdin and `$DSH_SESSION_ID` under `dir`.
 fn recording_hooks(dir: &Path, extra_pre: &str) -> String {
@@ -32,22 +34,18 @@ fn recording_hooks(dir: &Path, extra_pre: &str) -> String {
     .to_string()
 }
 
-fn agent(
+/// An agent whose model runs `command` once; its hooks and its bash tool
+/// both run with `hooks`' executor.
+fn agent<E: ShellExecutor + Clone>(
     registry: &Registry,
-    hooks: Hooks,
+    hooks: Hooks<E>,
     session: Session,
     command: &str,
     store: &Path,
-) -> AgentLoop {
-    let tool = BashTool::new(registry.clone(), LocalExecutor, "/");
+) -> AgentLoop<ScriptedModel, E> {
+    let tool = BashTool::new(registry.clone(), hooks.executor().clone(), "/");
     let model = ScriptedModel::bash_turn(&[command], "done");
-    AgentLoop::new(
-        session,
-        Box::new(model),
-        tool,
-        hooks,
-        SessionStore::new(store),
-    )
+    AgentLoop::new(session, model, tool, hooks, SessionStore::new(store))
 }
 
 fn read_json(path: &Path) -> Value {
@@ -203,6 +201,78 @@ async fn a_hook_that_hangs_or_crashes_is_reported_and_the_loop_goes_on() {
             !failing.blocked && failing.exit_code != Some(0),
             "{hook}: {failing:?}"
         );
+    }
+}
+
+/// The loop and its hooks are generic over the executor: one recording
+/// executor receives every hook's request and the bash call's, in order,
+/// each with the session's overlay, and nothing runs on this machine.
+#[tokio::test]
+async fn a_recording_executor_receives_the_hooks_and_the_loops_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry();
+    let touch = |name: &str| format!("touch {}", dir.path().join(name).display());
+    let hooks_json = json!({"hooks": {
+        "SessionStart": [{"hooks": [{"type": "command", "command": touch("start")}]}],
+        "PreToolUse": [{"hooks": [{"type": "command", "command": touch("pre")}]}],
+        "PostToolUse": [{"hooks": [{"type": "command", "command": touch("post")}]}],
+    }});
+    let recorder = Recorder::default();
+    let hooks = Hooks::parse(
+        &hooks_json.to_string(),
+        "hooks.json",
+        HookDialect::ClaudeCode,
+        registry.clone(),
+    )
+    .unwrap()
+    .with_executor(recorder.clone());
+    let session = Session::new(dir.path().display().to_string());
+    let mut agent = agent(
+        &registry,
+        hooks,
+        session.clone(),
+        &touch("bash"),
+        dir.path(),
+    );
+    agent.start("startup").await;
+    let records = agent.run_turn("go").await.unwrap();
+    assert_eq!((records.len(), records[0].is_error), (1, false));
+
+    let requests = recorder.taken();
+    let commands: Vec<&str> = requests.iter().map(|(r, _)| r.command.as_str()).collect();
+    assert_eq!(
+        commands,
+        [touch("start"), touch("pre"), touch("bash"), touch("post")]
+    );
+    for (request, background) in &requests {
+        assert!(!background, "{}", request.command);
+        assert_eq!(
+            request.dsh_env.get("DSH_SESSION_ID"),
+            Some(session.id()),
+            "{}",
+            request.command
+        );
+    }
+    let events: Vec<Option<Value>> = (requests.iter())
+        .map(|(r, _)| {
+            r.stdin
+                .as_ref()
+                .map(|b| serde_json::from_slice::<Value>(b).unwrap())
+        })
+        .map(|payload| payload.map(|p| p["hook_event_name"].clone()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            Some(json!("SessionStart")),
+            Some(json!("PreToolUse")),
+            None,
+            Some(json!("PostToolUse"))
+        ],
+        "hooks get their payload on stdin, the bash call none"
+    );
+    for name in ["start", "pre", "bash", "post"] {
+        assert!(!dir.path().join(name).exists(), "{name} ran locally");
     }
 }
 

@@ -16,4 +16,5 @@ mod hooks;
 mod hostile;
 mod polyglot;
 mod prepared;
+mod recorder;
 mod registry;
