@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
-    Allocator, ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest,
-    Registration, Registry, Runtime, ToolExecution,
+    ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Registration,
+    Registry, Runtime, ToolExecution,
 };
 
 /// An error and the exit code it maps to.
@@ -61,16 +61,10 @@ pub(crate) struct ExecutionArg {
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
-/// `cache`. Says so on stderr when the instance pool cannot be reserved.
+/// `cache`. (When the instance pool cannot be reserved, the runtime logs a
+/// warning naming why, which the default log level shows.)
 pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Registry> {
     let runtime = Runtime::new().map_err(Failure::runtime)?;
-    if let Allocator::OnDemand { reason } = runtime.allocator() {
-        eprintln!(
-            "dsh-env: warning: the instance pool cannot be reserved ({}); allocating \
-             instances on demand, which is slower",
-            escape_controls(reason)
-        );
-    }
     Ok(Registry::with_runtime(&runtime, home, cache))
 }
 

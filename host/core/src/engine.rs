@@ -80,7 +80,10 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
         Ok(engine) => (engine, Allocator::Pooling),
         Err(err) => {
             let reason = format!("{err:#}");
-            tracing::warn!("pooling allocator unavailable ({reason}); using on-demand allocation");
+            tracing::warn!(
+                "the instance pool cannot be reserved ({reason}); allocating instances on \
+                 demand, which is slower"
+            );
             (Engine::new(&base_config())?, Allocator::OnDemand { reason })
         }
     };

@@ -28,7 +28,14 @@ async fn the_library_compiles_through_this_helper() {
 #[test]
 fn a_helper_for_another_engine_refuses_to_compile() {
     let mut child = Command::new(HELPER)
-        .args(["--memory-bytes", "2147483648", "--cpu-seconds", "60", "--engine", "0000"])
+        .args([
+            "--memory-bytes",
+            "2147483648",
+            "--cpu-seconds",
+            "60",
+            "--engine",
+            "0000",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
