@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use dsh_env::manifest::Manifest;
 use dsh_env::sandbox::{ContributorComponent, Grants};
 use dsh_env::{
-    Agent, LocalExecutor, NativeContributor, Overlay, RawDeclaration, Registration, Registry,
-    ToolExecution,
+    Agent, NativeContributor, Overlay, RawDeclaration, Registration, Registry, ToolExecution,
 };
+use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};
 use dsh_env_tests::{artifacts, echo, puppet, registry};
 use serde_json::{Value, json};
