@@ -62,12 +62,7 @@ fn main() {
         .position(|a| a == "--seconds")
         .and_then(|i| args.get(i + 1)?.parse().ok())
         .map_or(budget, Duration::from_secs_f64);
-    // As the CLI runs: a multi-thread runtime with two workers.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = cli_runtime();
     // `--only <row key>`: sample that one row and nothing else (for a profiler).
     let only = args
         .iter()
@@ -89,6 +84,15 @@ fn main() {
     } else {
         print_report(&report);
     }
+}
+
+/// A runtime as the CLI runs one: multi-thread, with two workers.
+fn cli_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Sets up, measures, and returns the report (`Null` with `--only`).

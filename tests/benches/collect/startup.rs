@@ -8,6 +8,7 @@ use std::time::Instant;
 use dsh_env_tests::registry;
 use serde_json::{Value, json};
 
+use crate::cli_runtime;
 use crate::setups::{EXAMPLES, Example, examples_manifest, execution};
 
 /// Start-up measurements (each in a fresh child process).
@@ -32,12 +33,7 @@ fn proc_status_kib(field: &str) -> u64 {
 /// The child: `Registry::new`, then load and register every example from
 /// the (warm) cache; prints one JSON line.
 pub fn startup_child() {
-    // As the CLI runs: a multi-thread runtime with two workers.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = cli_runtime();
     let rss_before = proc_status_kib("VmRSS:");
     let vm_before = proc_status_kib("VmSize:");
     let start = Instant::now();

@@ -21,8 +21,8 @@
 //! Deeper, coverage-guided runs of the same parsers live in `fuzz/`
 //! (cargo-fuzz).
 //!
-//! The modules: [`rng`] and [`case`] drive and report the cases; [`inputs`]
-//! and [`mutate`] make hostile text and bytes; each remaining module fuzzes
+//! The modules: `rng` and `case` drive and report the cases; `inputs`
+//! and `mutate` make hostile text and bytes; each remaining module fuzzes
 //! one parser and holds its tests.
 
 mod case;
