@@ -1,5 +1,5 @@
 //! The declaration and output rules, written again independently of the
-//! host: the oracle of both fuzzers (`tests/tests/fuzz.rs`, and `fuzz/`,
+//! host: the oracle of both fuzzers (`tests/tests/all/fuzz/`, and `fuzz/`,
 //! which includes this file by path so that it need not build the guests).
 
 use std::collections::BTreeSet;
