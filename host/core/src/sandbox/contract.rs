@@ -75,13 +75,15 @@ pub(crate) enum Guest {
     Test(test::Contributor),
 }
 
-/// One execution in the WIT form of every bound version, converted once per
-/// `collect` (a production host binds one version, so this is one record).
+/// One execution in the WIT form of the bound versions, converted once per
+/// `collect`.
 #[derive(Clone)]
 pub(crate) struct WitExecution {
     v0_1: v0_1::Execution,
+    /// Made from `v0_1` at the first call that needs it, so that the
+    /// benchmarks, which build with this feature, measure what production does.
     #[cfg(feature = "test-contract")]
-    test: test::Execution,
+    test: std::sync::OnceLock<test::Execution>,
 }
 
 /// Adds every bound version's host interfaces to `linker`.
@@ -199,6 +201,32 @@ macro_rules! raw_declaration {
     }};
 }
 
+/// `$execution` (whose mode is a `$mode`) as the `execution` record of the
+/// version whose types are `$types`, with `$field`s that version adds.
+macro_rules! wit_execution {
+    ($types:path, $execution:expr, $mode:path $(, $field:ident: $value:expr)*) => {{
+        use $mode as Mode;
+        use $types as types;
+        let execution = $execution;
+        types::Execution {
+            call_id: execution.call_id.clone(),
+            root_call_id: execution.root_call_id.clone(),
+            tool: execution.tool.clone(),
+            mode: match execution.mode {
+                Mode::Foreground => types::Mode::Foreground,
+                Mode::Background => types::Mode::Background,
+            },
+            agent: execution.agent.as_ref().map(|agent| types::Agent {
+                session_id: agent.session_id.clone(),
+                cwd: agent.cwd.clone(),
+                parent_session_id: agent.parent_session_id.clone(),
+                depth: agent.depth,
+            }),
+            $($field: $value,)*
+        }
+    }};
+}
+
 impl Guest {
     /// Runs `declare`.
     pub(super) async fn declare(
@@ -221,46 +249,29 @@ impl Guest {
         match self {
             Guest::V0_1(guest) => guest.call_resolve(store, &execution.v0_1).await,
             #[cfg(feature = "test-contract")]
-            Guest::Test(guest) => guest.call_resolve(store, &execution.test).await,
+            Guest::Test(guest) => {
+                let from = &execution.v0_1;
+                let wit = execution.test.get_or_init(|| {
+                    wit_execution!(
+                        test::dsh::env::types,
+                        from,
+                        v0_1::dsh::env::types::Mode,
+                        nested: from.call_id != from.root_call_id
+                    )
+                });
+                guest.call_resolve(store, wit).await
+            }
         }
     }
 }
 
-/// `execution` as one version's `execution` record, with `$extra` fields.
-macro_rules! wit_execution {
-    ($types:path, $execution:expr $(, $field:ident: $value:expr)*) => {{
-        use $types as types;
-        let execution: &ToolExecution = $execution;
-        types::Execution {
-            call_id: execution.call_id.clone(),
-            root_call_id: execution.root_call_id.clone(),
-            tool: execution.tool.clone(),
-            mode: match execution.mode {
-                execution::Mode::Foreground => types::Mode::Foreground,
-                execution::Mode::Background => types::Mode::Background,
-            },
-            agent: execution.agent.as_ref().map(|agent| types::Agent {
-                session_id: agent.session_id.clone(),
-                cwd: agent.cwd.clone(),
-                parent_session_id: agent.parent_session_id.clone(),
-                depth: agent.depth,
-            }),
-            $($field: $value,)*
-        }
-    }};
-}
-
 impl WitExecution {
-    /// `execution` in every bound version's form.
+    /// `execution` in the bound versions' forms.
     pub(super) fn new(execution: &ToolExecution) -> Self {
         WitExecution {
-            v0_1: wit_execution!(v0_1::dsh::env::types, execution),
+            v0_1: wit_execution!(v0_1::dsh::env::types, execution, execution::Mode),
             #[cfg(feature = "test-contract")]
-            test: wit_execution!(
-                test::dsh::env::types,
-                execution,
-                nested: execution.call_id != execution.root_call_id
-            ),
+            test: std::sync::OnceLock::new(),
         }
     }
 }
