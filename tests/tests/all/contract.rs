@@ -5,8 +5,17 @@
 //! returns that field, so only its own bindings can give the right values.
 
 use dsh_env::sandbox::Grants;
-use dsh_env::{Registry, ToolExecution};
+use dsh_env::{ContributorComponent, Registry, ToolExecution};
 use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, registry};
+
+/// The component at `path`, which imports `dsh:env/types@{version}`.
+fn load_targeting(registry: &Registry, path: &str, version: &str) -> ContributorComponent {
+    let component = registry.load_file(path.as_ref()).unwrap();
+    let types = format!("dsh:env/types@{version}");
+    let imports = component.imports();
+    assert!(imports.contains(&types), "{types} not in {imports:?}");
+    component
+}
 
 /// What `contract-test` returns for `execution`.
 async fn resolved(registry: &Registry, execution: &ToolExecution) -> (String, String) {
@@ -18,17 +27,7 @@ async fn resolved(registry: &Registry, execution: &ToolExecution) -> (String, St
 #[tokio::test]
 async fn a_guest_of_another_version_declares_and_resolves_through_its_own_bindings() {
     let registry = registry();
-    let component = registry
-        .load_file(artifacts::CONTRACT_TEST.as_ref())
-        .unwrap();
-    assert!(
-        component
-            .imports()
-            .iter()
-            .any(|name| name == "dsh:env/types@0.2.0-test"),
-        "{:?}",
-        component.imports()
-    );
+    let component = load_targeting(&registry, artifacts::CONTRACT_TEST, "0.2.0-test");
     let registration = registry.register(component.clone()).await.unwrap();
     assert_eq!(registration.name(), "contract-test");
     let keys: Vec<_> = registry.list().into_iter().map(|row| row.key).collect();
@@ -86,17 +85,7 @@ fn a_guest_of_an_unsupported_version_fails_to_load_naming_it_and_the_supported_r
 #[tokio::test]
 async fn a_compatible_0_1_y_guest_is_served_by_the_0_1_0_bindings() {
     let registry = registry();
-    let component = registry
-        .load_file(artifacts::CONTRACT_COMPATIBLE.as_ref())
-        .unwrap();
-    assert!(
-        component
-            .imports()
-            .iter()
-            .any(|name| name == "dsh:env/types@0.1.1"),
-        "{:?}",
-        component.imports()
-    );
+    let component = load_targeting(&registry, artifacts::CONTRACT_COMPATIBLE, "0.1.1");
     let registration = registry.register(component).await.unwrap();
     assert_eq!(registration.name(), "table-grower");
 }
@@ -104,9 +93,7 @@ async fn a_compatible_0_1_y_guest_is_served_by_the_0_1_0_bindings() {
 #[tokio::test]
 async fn an_ordinary_0_1_0_guest_is_unaffected_beside_another_version() {
     let registry = registry();
-    let test_version = registry
-        .load_file(artifacts::CONTRACT_TEST.as_ref())
-        .unwrap();
+    let test_version = load_targeting(&registry, artifacts::CONTRACT_TEST, "0.2.0-test");
     let _test_version = registry.register(test_version).await.unwrap();
     let _echo = registry
         .register(echo(&registry, "echo-contract", "DSH_ECHO_CONTRACT"))
