@@ -298,6 +298,33 @@ impl test::dsh::env::types::Host for GuestState {}
 mod tests {
     use super::*;
 
+    /// The snapshots bound here are the guest SDK's frozen ones, byte for
+    /// byte (`wit/since_vX.Y.Z` links there; a copy must not drift).
+    #[test]
+    fn the_bound_snapshots_have_their_frozen_hashes() {
+        use sha2::{Digest, Sha256};
+        let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let sdk_wit = crate_dir.join("../../guest-sdk/wit");
+        let recorded = std::fs::read_to_string(sdk_wit.join("frozen.sha256")).unwrap();
+        let mut checked = 0;
+        for line in recorded
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let (hash, path) = line.split_once("  ").unwrap();
+            let Ok(bytes) = std::fs::read(crate_dir.join("wit").join(path)) else {
+                continue; // a frozen version this host does not bind
+            };
+            let actual: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(actual, hash, "wit/{path} is not the frozen snapshot");
+            checked += 1;
+        }
+        assert!(checked >= 1, "wit/since_v0.1.0 is missing");
+    }
+
     #[test]
     fn versions_match_as_wasmtime_matches_imports() {
         for (version, track_of) in [
