@@ -26,6 +26,9 @@ extern crate self as dsh_env_guest;
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;
 
+#[cfg(test)]
+mod frozen;
+
 /// Raw bindings generated from the `dsh:env@0.1.0` WIT package.
 #[allow(clippy::too_many_arguments)] // generated lowering code
 pub mod bindings {

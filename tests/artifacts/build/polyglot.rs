@@ -1,5 +1,6 @@
 //! Builds the example contributors written in Python, JavaScript and C, and
-//! the WAT test guests `table-grower` and `alias-bomb`, into components under
+//! the WAT test guests `table-grower`, `alias-bomb` and `contract-test` (the
+//! last also as the contract versions of the dispatch tests), into components under
 //! `<target>/polyglot/`, each only when its inputs changed (componentize-py
 //! and componentize-js take tens of seconds).
 //!
@@ -25,10 +26,14 @@ const SETUP: &str = "run scripts/setup-polyglot to install the tools that build 
 /// guest SDK carries, never a live folder.
 const CONTRACT: &str = "guest-sdk/wit/since_v0.1.0";
 
+/// The test-only contract version `dsh:env@0.2.0-test`, which the host binds
+/// under its `test-contract` feature.
+const TEST_CONTRACT: &str = "host/core/wit/test-contract";
+
 /// The build recipe itself is an input of every component.
 const RECIPE: &str = include_str!("polyglot.rs");
 
-/// Builds the four components; returns (constant name, component path) of each.
+/// Builds the components; returns (constant name, component path) of each.
 pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)> {
     let out = target_dir.join("polyglot");
     fs::create_dir_all(&out).unwrap_or_else(|e| panic!("create {}: {e}", out.display()));
@@ -42,8 +47,10 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         "contributors/workspace-id/workspace_id.c",
         "tests/guests/table-grower/table_grower.wat",
         "tests/guests/alias-bomb/alias_bomb.wat",
+        "tests/guests/contract-test/contract_test.wat",
         "tests/artifacts/build/polyglot.rs",
         CONTRACT,
+        TEST_CONTRACT,
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(input).display());
     }
@@ -53,8 +60,21 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
         let python = scope.spawn(|| session_url(workspace, &out));
         let javascript = scope.spawn(|| call_context(workspace, &out));
         let c = workspace_id(workspace, &out);
-        let table_grower = wat_guest(workspace, &out, "table-grower");
-        let alias_bomb = wat_guest(workspace, &out, "alias-bomb");
+        let wat = |name, contract, version| {
+            wat_guest(
+                workspace,
+                &out,
+                name,
+                &Contract::new(workspace, contract, version),
+            )
+        };
+        let table_grower = wat("table-grower", CONTRACT, None);
+        let alias_bomb = wat("alias-bomb", CONTRACT, None);
+        let contract_test = wat("contract-test", TEST_CONTRACT, None);
+        // The dispatch tests' versions: one no host binds, and a compatible
+        // 0.1.y that the 0.1.0 bindings serve.
+        let contract_unsupported = wat("contract-test", TEST_CONTRACT, Some("1.0.0"));
+        let contract_compatible = wat("table-grower", CONTRACT, Some("0.1.1"));
         let join = |handle: std::thread::ScopedJoinHandle<'_, PathBuf>| {
             handle
                 .join()
@@ -66,6 +86,9 @@ pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)
             ("WORKSPACE_ID", c),
             ("TABLE_GROWER", table_grower),
             ("ALIAS_BOMB", alias_bomb),
+            ("CONTRACT_TEST", contract_test),
+            ("CONTRACT_UNSUPPORTED", contract_unsupported),
+            ("CONTRACT_COMPATIBLE", contract_compatible),
         ]
     })
 }
@@ -76,7 +99,7 @@ fn session_url(workspace: &Path, out: &Path) -> PathBuf {
     let requirements = dir.join("requirements.txt");
     let inputs = [
         vec![dir.join("session_url.py"), requirements.clone()],
-        wit_files(workspace),
+        Contract::frozen(workspace).files(),
     ]
     .concat();
     cached(out, "session_url", &inputs, |component| {
@@ -110,7 +133,12 @@ fn call_context(workspace: &Path, out: &Path) -> PathBuf {
     let dir = workspace.join("contributors/call-context");
     let lock = dir.join("package-lock.json");
     let sources = ["call-context.js", "build.mjs", "package.json"].map(|f| dir.join(f));
-    let inputs = [sources.to_vec(), vec![lock.clone()], wit_files(workspace)].concat();
+    let inputs = [
+        sources.to_vec(),
+        vec![lock.clone()],
+        Contract::frozen(workspace).files(),
+    ]
+    .concat();
     cached(out, "call_context", &inputs, |component| {
         let installed = dir.join("node_modules/.setup-polyglot-lock.json");
         assert!(
@@ -129,14 +157,14 @@ fn call_context(workspace: &Path, out: &Path) -> PathBuf {
 /// preview1 reactor adapter.
 fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
     let source = workspace.join("contributors/workspace-id/workspace_id.c");
-    let inputs = [vec![source.clone()], wit_files(workspace)].concat();
+    let inputs = [vec![source.clone()], Contract::frozen(workspace).files()].concat();
     cached(out, "workspace_id", &inputs, |component| {
         assert!(
             Path::new("/usr/include/wasm32-wasi/stdlib.h").exists(),
             "wasi-libc is missing: {SETUP}"
         );
         let generated = fresh_dir(&out.join("workspace_id.gen"));
-        let (mut resolve, world) = contributor_world(workspace);
+        let (mut resolve, world) = Contract::frozen(workspace).world();
         let mut files = wit_bindgen_core::Files::default();
         wit_bindgen_c::Opts::default()
             .build()
@@ -189,16 +217,21 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
 }
 
 /// `tests/guests/<name>/<name>.wat` (with `_` for `-` in the file name): a
-/// core module written in WAT, with the contributor world embedded, encoded
-/// as a component (it imports nothing, so it needs no adapter).
-fn wat_guest(workspace: &Path, out: &Path, name: &str) -> PathBuf {
+/// core module written in WAT, with the contributor world of `contract`
+/// embedded, encoded as a component (it imports nothing, so it needs no
+/// adapter).
+fn wat_guest(workspace: &Path, out: &Path, name: &str, contract: &Contract) -> PathBuf {
     let stem = name.replace('-', "_");
     let source = workspace.join(format!("tests/guests/{name}/{stem}.wat"));
-    let inputs = [vec![source.clone()], wit_files(workspace)].concat();
-    cached(out, &stem, &inputs, |component| {
+    let inputs = [vec![source.clone()], contract.files()].concat();
+    let output = match contract.version {
+        Some(version) => format!("{stem}_v{}", version.replace(['.', '-'], "_")),
+        None => stem,
+    };
+    cached(out, &output, &inputs, |component| {
         let mut module =
             wat::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", source.display()));
-        let (resolve, world) = contributor_world(workspace);
+        let (resolve, world) = contract.world();
         wit_component::embed_component_metadata(
             &mut module,
             &resolve,
@@ -216,16 +249,65 @@ fn wat_guest(workspace: &Path, out: &Path, name: &str) -> PathBuf {
     })
 }
 
-/// The `contributor` world of the frozen contract.
-fn contributor_world(workspace: &Path) -> (wit_parser::Resolve, wit_parser::WorldId) {
-    let mut resolve = wit_parser::Resolve::default();
-    let (package, _) = resolve
-        .push_dir(workspace.join(CONTRACT))
-        .unwrap_or_else(|e| panic!("parse {CONTRACT}: {e:#}"));
-    let world = resolve
-        .select_world(&[package], Some("contributor"))
-        .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
-    (resolve, world)
+/// The contract a component is built for: a WIT snapshot, or (for the
+/// dispatch tests) a one-file snapshot relabelled as another version.
+struct Contract {
+    dir: PathBuf,
+    version: Option<&'static str>,
+}
+
+impl Contract {
+    /// `dir` (relative to the workspace), as `version` if given.
+    fn new(workspace: &Path, dir: &str, version: Option<&'static str>) -> Self {
+        Contract {
+            dir: workspace.join(dir),
+            version,
+        }
+    }
+
+    /// The frozen contract the example contributors target.
+    fn frozen(workspace: &Path) -> Self {
+        Contract::new(workspace, CONTRACT, None)
+    }
+
+    /// Every file of the snapshot, sorted.
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = fs::read_dir(&self.dir)
+            .unwrap_or_else(|e| panic!("read {}: {e}", self.dir.display()))
+            .map(|entry| entry.expect("read a contract entry").path())
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Its `contributor` world.
+    fn world(&self) -> (wit_parser::Resolve, wit_parser::WorldId) {
+        let mut resolve = wit_parser::Resolve::default();
+        let dir = self.dir.display();
+        let package = match self.version {
+            None => resolve.push_dir(&self.dir).map(|(package, _)| package),
+            Some(version) => {
+                let [file] = &self.files()[..] else {
+                    panic!("{dir}: only a one-file contract can be relabelled");
+                };
+                let text = fs::read_to_string(file)
+                    .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+                let relabelled: String = text
+                    .lines()
+                    .map(|line| match line.starts_with("package dsh:env@") {
+                        true => format!("package dsh:env@{version};\n"),
+                        false => format!("{line}\n"),
+                    })
+                    .collect();
+                resolve.push_str(file, &relabelled)
+            }
+        }
+        .unwrap_or_else(|e| panic!("parse {dir}: {e:#}"));
+        let world = resolve
+            .select_world(&[package], Some("contributor"))
+            .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
+        (resolve, world)
+    }
 }
 
 /// `<out>/<name>.wasm`, built by `build` into the path it is given unless it
@@ -266,17 +348,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
     })
-}
-
-/// Every file of the frozen contract, sorted.
-fn wit_files(workspace: &Path) -> Vec<PathBuf> {
-    let dir = workspace.join(CONTRACT);
-    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("read a contract entry").path())
-        .collect();
-    files.sort();
-    files
 }
 
 /// An empty directory at `path`.

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::GuestState;
-use super::bindings;
+use super::contract::Pre;
 use crate::limits::Limits;
 use crate::spec::{Grants, OnError};
 
@@ -17,7 +16,8 @@ pub struct ContributorComponent {
     pub(super) origin: String,
     /// SHA-256 of the component's bytes.
     pub(super) content: Arc<str>,
-    pub(super) pre: bindings::ContributorPre<GuestState>,
+    /// Instantiates it through the bindings of the contract version it targets.
+    pub(super) pre: Pre,
     pub(super) config: Arc<BTreeMap<String, String>>,
     pub(super) limits: Limits,
     pub(super) on_error: OnError,

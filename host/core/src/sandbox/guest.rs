@@ -10,10 +10,9 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{self, dsh::env::types};
 use super::files::OpenFiles;
 use crate::engine;
-use crate::execution::{self, ToolExecution};
+use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 use crate::spec::Grants;
@@ -40,13 +39,12 @@ impl WasiView for GuestState {
     }
 }
 
-impl bindings::dsh::env::config::Host for GuestState {
-    fn get(&mut self, key: String) -> Option<String> {
-        self.config.get(&key).cloned()
+impl GuestState {
+    /// The configured value for `key`: what every version's `config.get` returns.
+    pub(super) fn config_value(&self, key: &str) -> Option<String> {
+        self.config.get(key).cloned()
     }
 }
-
-impl types::Host for GuestState {}
 
 /// Guest memory that all live instances of a sandbox hold together, against
 /// one budget, so that many instances at their own cap cannot add up to an
@@ -256,22 +254,4 @@ pub(super) fn wasi_context(
         }
     }
     builder.build()
-}
-
-pub(super) fn to_wit(execution: &ToolExecution) -> bindings::Execution {
-    bindings::Execution {
-        call_id: execution.call_id.clone(),
-        root_call_id: execution.root_call_id.clone(),
-        tool: execution.tool.clone(),
-        mode: match execution.mode {
-            execution::Mode::Foreground => types::Mode::Foreground,
-            execution::Mode::Background => types::Mode::Background,
-        },
-        agent: execution.agent.as_ref().map(|agent| types::Agent {
-            session_id: agent.session_id.clone(),
-            cwd: agent.cwd.clone(),
-            parent_session_id: agent.parent_session_id.clone(),
-            depth: agent.depth,
-        }),
-    }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
 use crate::cache::{ArtifactCache, engine_tag};
@@ -19,6 +19,7 @@ use crate::runtime::{Allocator, RuntimeError};
 use crate::spec::{Grants, OnError};
 
 mod component;
+mod contract;
 mod failure;
 mod files;
 mod guest;
@@ -28,25 +29,18 @@ pub use component::{ContributorComponent, LoadError};
 pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};
+use contract::{Guest, Pre, WitExecution};
 use failure::classify;
 use files::{DescriptorLedger, OpenFiles};
 use guest::{
-    GuestLimiter, GuestState, MemoryBudget, arm, arm_deadline, host_deadline, to_wit, wasi_context,
+    GuestLimiter, GuestState, MemoryBudget, arm, arm_deadline, host_deadline, wasi_context,
 };
-
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "wit/since_v0.1.0",
-        world: "contributor",
-        exports: { default: async },
-    });
-}
 
 /// One execution, and its WIT form, converted once for every contributor
 /// of a `collect`.
 pub(crate) struct Call<'a> {
     execution: &'a ToolExecution,
-    wit: bindings::Execution,
+    wit: WitExecution,
 }
 
 impl<'a> Call<'a> {
@@ -54,7 +48,7 @@ impl<'a> Call<'a> {
     pub(crate) fn new(execution: &'a ToolExecution) -> Self {
         Call {
             execution,
-            wit: to_wit(execution),
+            wit: WitExecution::new(execution),
         }
     }
 }
@@ -70,7 +64,7 @@ struct FreshStore {
 /// at the call, minus the instantiation on the caller's path.
 pub(crate) struct Prepared {
     fresh: FreshStore,
-    guest: bindings::Contributor,
+    guest: Guest,
     slot: OwnedSemaphorePermit,
 }
 
@@ -145,8 +139,7 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(setup)?;
         files::add_to_linker(&mut linker).map_err(setup)?;
-        bindings::Contributor::add_to_linker::<_, HasSelf<GuestState>>(&mut linker, |s| s)
-            .map_err(setup)?;
+        contract::add_to_linker(&mut linker).map_err(setup)?;
         let io_calls = host_limits.io_calls.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -229,7 +222,7 @@ impl Sandbox {
             Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, compile),
         }
         .map_err(fail)?;
-        let imports = component
+        let imports: Arc<[String]> = component
             .component_type()
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
@@ -238,8 +231,8 @@ impl Sandbox {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| fail(format!("{e:#}")))?;
-        let pre = bindings::ContributorPre::new(instance_pre)
-            .map_err(|e| fail(format!("not a dsh:env/contributor component: {e:#}")))?;
+        // The contract version is chosen here, once: calls only instantiate.
+        let pre = Pre::new(&imports, instance_pre).map_err(fail)?;
         Ok(ContributorComponent {
             origin: origin.to_string(),
             content: content.into(),
@@ -257,23 +250,14 @@ impl Sandbox {
         &self,
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, GuestFailure> {
-        let declaration = self
-            .call(
-                component,
-                component.origin(),
-                Phase::Declare,
-                None,
-                async |guest, store| guest.call_declare(store).await,
-            )
-            .await?;
-        Ok(RawDeclaration {
-            name: declaration.name,
-            keys: declaration
-                .keys
-                .into_iter()
-                .map(|k| (k.key, k.description))
-                .collect(),
-        })
+        self.call(
+            component,
+            component.origin(),
+            Phase::Declare,
+            None,
+            async |guest, store| guest.declare(store).await,
+        )
+        .await
     }
 
     /// Runs `resolve` for `call` in a fresh instance (`prepared`, when one
@@ -286,8 +270,8 @@ impl Sandbox {
         call: &Call<'_>,
         prepared: Option<Prepared>,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
-        let resolve = async |guest: &bindings::Contributor, store: &mut Store<GuestState>| {
-            guest.call_resolve(store, &call.wit).await
+        let resolve = async |guest: &Guest, store: &mut Store<GuestState>| {
+            guest.resolve(store, &call.wit).await
         };
         let result = match prepared {
             Some(prepared) => self.run(component, name, prepared, resolve).await,
@@ -393,7 +377,7 @@ impl Sandbox {
             let task = runtime.spawn(async move {
                 let outcome = async {
                     let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
-                    (guest.call_resolve(&mut store, &wit).await).map_err(|e| (e, false))
+                    (guest.resolve(&mut store, &wit).await).map_err(|e| (e, false))
                 }
                 .await;
                 drop(io_call);
@@ -432,7 +416,7 @@ impl Sandbox {
         name: &str,
         phase: Phase,
         execution: Option<&ToolExecution>,
-        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
         let slot = self.slot().await?;
@@ -454,7 +438,7 @@ impl Sandbox {
         component: &ContributorComponent,
         name: &str,
         prepared: Prepared,
-        f: impl AsyncFnOnce(&bindings::Contributor, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, GuestFailure> {
         let Prepared {
             mut fresh,

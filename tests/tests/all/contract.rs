@@ -1,0 +1,105 @@
+//! The host binds each contract version it supports and serves every
+//! component through the bindings of the version it targets. The test-only
+//! version `dsh:env@0.2.0-test` (bound under dsh-env's `test-contract`
+//! feature) has one more field in `execution`: its guest `contract-test`
+//! returns that field, so only its own bindings can give the right values.
+
+use dsh_env::sandbox::Grants;
+use dsh_env::{ContributorComponent, Registry, ToolExecution};
+use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, registry};
+
+/// The component at `path`, which imports `dsh:env/types@{version}`.
+fn load_targeting(registry: &Registry, path: &str, version: &str) -> ContributorComponent {
+    let component = registry.load_file(path.as_ref()).unwrap();
+    let types = format!("dsh:env/types@{version}");
+    let imports = component.imports();
+    assert!(imports.contains(&types), "{types} not in {imports:?}");
+    component
+}
+
+/// What `contract-test` returns for `execution`.
+async fn resolved(registry: &Registry, execution: &ToolExecution) -> (String, String) {
+    let overlay = registry.collect(execution).await.unwrap();
+    let value = |key| overlay.get(key).unwrap_or("<absent>").to_string();
+    (value("DSH_CONTRACT_NESTED"), value("DSH_CONTRACT_TOOL"))
+}
+
+#[tokio::test]
+async fn a_guest_of_another_version_declares_and_resolves_through_its_own_bindings() {
+    let registry = registry();
+    let component = load_targeting(&registry, artifacts::CONTRACT_TEST, "0.2.0-test");
+    let registration = registry.register(component.clone()).await.unwrap();
+    assert_eq!(registration.name(), "contract-test");
+    let keys: Vec<_> = registry.list().into_iter().map(|row| row.key).collect();
+    assert!(keys.iter().any(|k| k.as_str() == "DSH_CONTRACT_NESTED"));
+
+    let plain = agent_call("c1", "s1");
+    let mut nested = ToolExecution::new("c2", "python");
+    nested.root_call_id = "c1".into();
+    assert_eq!(
+        resolved(&registry, &plain).await,
+        ("no".into(), "bash".into())
+    );
+    assert_eq!(
+        resolved(&registry, &nested).await,
+        ("yes".into(), "python".into())
+    );
+
+    // An instance made ahead of the call, through the same bindings.
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), 1);
+    assert_eq!(
+        resolved(&registry, &nested).await,
+        ("yes".into(), "python".into())
+    );
+    drop(registration);
+
+    // A cwd grant runs the call on the guest I/O runtime, also through them.
+    let granted = component.with_grants(Grants {
+        cwd_read: true,
+        ..Grants::default()
+    });
+    let _granted = registry.register(granted).await.unwrap();
+    let in_tmp = agent_call_in("c3", "s1", "/tmp");
+    assert_eq!(
+        resolved(&registry, &in_tmp).await,
+        ("no".into(), "bash".into())
+    );
+}
+
+#[test]
+fn a_guest_of_an_unsupported_version_fails_to_load_naming_it_and_the_supported_range() {
+    let registry = registry();
+    let origin = artifacts::CONTRACT_UNSUPPORTED;
+    let err = registry.load_file(origin.as_ref()).unwrap_err();
+    assert_eq!(err.origin, origin);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot load contributor component {origin}: it targets dsh:env@1.0.0; \
+             this host supports dsh:env 0.1.x, 0.2.0-test"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_compatible_0_1_y_guest_is_served_by_the_0_1_0_bindings() {
+    let registry = registry();
+    let component = load_targeting(&registry, artifacts::CONTRACT_COMPATIBLE, "0.1.1");
+    let registration = registry.register(component).await.unwrap();
+    assert_eq!(registration.name(), "table-grower");
+}
+
+#[tokio::test]
+async fn an_ordinary_0_1_0_guest_is_unaffected_beside_another_version() {
+    let registry = registry();
+    let test_version = load_targeting(&registry, artifacts::CONTRACT_TEST, "0.2.0-test");
+    let _test_version = registry.register(test_version).await.unwrap();
+    let _echo = registry
+        .register(echo(&registry, "echo-contract", "DSH_ECHO_CONTRACT"))
+        .await
+        .unwrap();
+    let overlay = registry.collect(&agent_call("c1", "s-42")).await.unwrap();
+    assert_eq!(overlay.get("DSH_ECHO_CONTRACT"), Some("s-42"));
+    assert_eq!(overlay.get("DSH_CONTRACT_NESTED"), Some("no"));
+}
