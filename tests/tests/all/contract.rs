@@ -4,7 +4,7 @@
 //! feature) has one more field in `execution`: its guest `contract-test`
 //! returns that field, so only its own bindings can give the right values.
 
-use dsh_env::sandbox::Grants;
+use dsh_env::Grants;
 use dsh_env::{ContributorComponent, Registry, ToolExecution};
 use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, registry};
 
