@@ -8,15 +8,13 @@ use dsh_env::environment::{ScrubReason, scrub_reason};
 use dsh_env::input::escape_controls;
 use serde_json::json;
 
-use crate::setup::{CliResult, ExecutionArg, Setup, print_json};
+use crate::setup::{Call, CliResult, print_json};
 
 /// The arguments of `explain`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    setup: Setup,
-    #[command(flatten)]
-    execution: ExecutionArg,
+    call: Call,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -24,8 +22,7 @@ pub(crate) struct Args {
 
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let execution = args.execution.load()?;
-    let ((registry, _registrations), collection) = args.setup.collect(&execution).await?;
+    let (_execution, (registry, _registrations), collection) = args.call.collect(false).await?;
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
         .into_iter()

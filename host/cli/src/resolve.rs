@@ -2,15 +2,13 @@
 
 use std::process::ExitCode;
 
-use crate::setup::{CliResult, ExecutionArg, Setup, print_json};
+use crate::setup::{Call, CliResult, print_json};
 
 /// The arguments of `resolve`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    setup: Setup,
-    #[command(flatten)]
-    execution: ExecutionArg,
+    call: Call,
     /// Print a sorted JSON object.
     #[arg(long)]
     json: bool,
@@ -18,8 +16,7 @@ pub(crate) struct Args {
 
 /// Prints one `KEY=value` line per key (values cannot hold a line break), or JSON.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let execution = args.execution.load()?;
-    let (_registered, collection) = args.setup.collect(&execution).await?;
+    let (_execution, _registered, collection) = args.call.collect(false).await?;
     let overlay = collection.overlay;
     if args.json {
         print_json(&overlay.to_map());

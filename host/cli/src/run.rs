@@ -5,18 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use dsh_env::Mode;
 use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
 
-use crate::setup::{CliResult, ExecutionArg, Failure, Setup, parse_env_pair};
+use crate::setup::{Call, CliResult, Failure, parse_env_pair};
 
 /// The arguments of `run`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
     #[command(flatten)]
-    setup: Setup,
-    #[command(flatten)]
-    execution: ExecutionArg,
+    call: Call,
     /// An ordinary variable for the command, NAME=VALUE (repeatable; no DSH_* names).
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     env: Vec<(String, String)>,
@@ -33,11 +30,7 @@ pub(crate) struct Args {
 
 /// Runs the command; its exit code is the command's.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let mut execution = args.execution.load()?;
-    if args.background {
-        execution = execution.with_mode(Mode::Background);
-    }
-    let (_registered, collection) = args.setup.collect(&execution).await?;
+    let (execution, _registered, collection) = args.call.collect(args.background).await?;
     let workdir = match &execution.agent {
         Some(agent) => PathBuf::from(&agent.cwd),
         None => std::env::current_dir().map_err(Failure::runtime)?,

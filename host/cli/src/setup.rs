@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Registration,
-    Registry, Runtime, ToolExecution,
+    ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
+    Registration, Registry, Runtime, ToolExecution,
 };
 
 /// An error and the exit code it maps to.
@@ -53,11 +53,36 @@ pub(crate) struct Setup {
 
 /// `--execution`.
 #[derive(Args)]
-pub(crate) struct ExecutionArg {
+struct ExecutionArg {
     /// The execution as JSON (reference harness shape), from a file or `-` for
     /// stdin. Without it: a call with no agent.
     #[arg(long, value_name = "FILE|-")]
     execution: Option<String>,
+}
+
+/// One execution against a registry: `--manifest`, `--home` and `--execution`.
+#[derive(Args)]
+pub(crate) struct Call {
+    #[command(flatten)]
+    setup: Setup,
+    #[command(flatten)]
+    execution: ExecutionArg,
+}
+
+impl Call {
+    /// Loads the execution (as a background call when `background`), opens
+    /// the registry and collects for it.
+    pub(crate) async fn collect(
+        &self,
+        background: bool,
+    ) -> CliResult<(ToolExecution, Registered, Collection)> {
+        let mut execution = self.execution.load()?;
+        if background {
+            execution = execution.with_mode(Mode::Background);
+        }
+        let (registered, collection) = self.setup.collect(&execution).await?;
+        Ok((execution, registered, collection))
+    }
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
@@ -78,10 +103,7 @@ pub(crate) fn open_default_registry() -> CliResult<Registry> {
 impl Setup {
     /// Opens the registry and collects for `execution`; a contributor
     /// failure is a runtime error (exit 1).
-    pub(crate) async fn collect(
-        &self,
-        execution: &ToolExecution,
-    ) -> CliResult<(Registered, Collection)> {
+    async fn collect(&self, execution: &ToolExecution) -> CliResult<(Registered, Collection)> {
         let (registry, registrations) = self.open().await?;
         let collection = registry
             .collect_report(execution)
@@ -129,7 +151,7 @@ impl Setup {
 
 impl ExecutionArg {
     /// The execution named by `--execution`, or a call with no agent.
-    pub(crate) fn load(&self) -> CliResult<ToolExecution> {
+    fn load(&self) -> CliResult<ToolExecution> {
         let Some(source) = &self.execution else {
             return Ok(ToolExecution::new("cli", "bash"));
         };
