@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::input::escape_controls;
+use dsh_env::cache::sha256_hex;
+use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use serde_json::json;
 
 use crate::setup::{CliResult, Failure, open_default_registry, parse_env_pair, print_json};
@@ -27,8 +28,13 @@ pub(crate) struct Args {
 pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode> {
     let registry = open_default_registry()?;
     let config: BTreeMap<String, String> = config.into_iter().collect();
+    // The bytes are read once: the digest shown is that of the bytes checked.
+    let shown_file = file.display().to_string();
+    let bytes = read_regular_file(&file, MAX_COMPONENT_BYTES)
+        .map_err(|e| Failure::config(format!("cannot read component {e}")))?;
+    let sha256 = sha256_hex(&bytes);
     let component = registry
-        .load_file(&file)
+        .load_bytes(&shown_file, &bytes)
         .map_err(Failure::config)?
         .with_config(config);
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::runtime)?;
@@ -40,7 +46,8 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
             .map(|(key, description)| json!({"key": key, "description": description}))
             .collect();
         print_json(&json!({
-            "file": file.display().to_string(),
+            "file": shown_file,
+            "sha256": sha256,
             "name": declaration.name,
             "keys": keys,
             "imports": component.imports(),
@@ -50,9 +57,10 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
         // The declaration is the guest's, unchecked: shown escaped.
         println!(
             "{}: contributor `{}`",
-            escape_controls(&file.display().to_string()),
+            escape_controls(&shown_file),
             escape_controls(&declaration.name)
         );
+        println!("sha256: {sha256}");
         println!("Keys:");
         for (key, description) in &declaration.keys {
             println!(
@@ -66,7 +74,10 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
             println!("  {}", escape_controls(import));
         }
         if problems.is_empty() {
-            println!("No problems: it can be registered.");
+            println!("No problems: it can be registered. A manifest entry that pins it:");
+            // A JSON string is a valid TOML basic string.
+            let path = serde_json::to_string(&shown_file).unwrap_or_default();
+            println!("\n[[contributor]]\npath = {path}\nsha256 = \"{sha256}\"");
         } else {
             println!("Problems:");
             for problem in &problems {

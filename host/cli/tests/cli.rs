@@ -875,3 +875,52 @@ fn without_room_for_the_instance_pool_it_says_so_and_still_works() {
     );
     assert!(stdout(&output).contains("DSH_SHELL=1"));
 }
+
+#[test]
+fn check_prints_a_pinned_entry_and_a_pin_refuses_other_bytes() {
+    let f = Fixture::new();
+    let output = f.run(&["check", AGENT_LINEAGE], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    let entry = &out[out.find("[[contributor]]").expect("an entry to paste")..];
+    let pin = entry
+        .lines()
+        .find_map(|line| line.strip_prefix("sha256 = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .expect("a sha256 line");
+    assert!(out.contains(&format!("sha256: {pin}\n")), "{out}");
+    // Pasted as it is, the entry registers.
+    let manifest = f.write("pinned.toml", entry);
+    let manifest = manifest.to_str().unwrap();
+    let resolve = |manifest: &str| {
+        f.run(
+            &["resolve", "--home", &f.home(), "--manifest", manifest],
+            &[],
+        )
+    };
+    let output = resolve(manifest);
+    assert!(output.status.success(), "{}", stderr(&output));
+    // The same entry pinning other bytes: refused at registration, naming
+    // the file and both digests.
+    let other = "0".repeat(64);
+    let wrong = f.write("wrong.toml", &entry.replace(pin, &other));
+    let output = resolve(wrong.to_str().unwrap());
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(
+        err.contains(AGENT_LINEAGE)
+            && err.contains(&format!(
+                "its sha256 is {pin}, but the manifest pins {other}"
+            )),
+        "{err}"
+    );
+    // A pin that is no digest is a manifest error naming the field.
+    let bad = f.write("bad.toml", &entry.replace(pin, "abc"));
+    let output = resolve(bad.to_str().unwrap());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("sha256 must be 64 hexadecimal digits, not `abc`"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -196,7 +196,7 @@ impl ArtifactCache {
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
     ) -> Result<(Component, String), String> {
-        let content = hex(&Sha256::digest(bytes));
+        let content = sha256_hex(bytes);
         if !self.usable() {
             let artifact = compile(bytes).map_err(reason)?;
             return in_memory(engine, &artifact).map(|component| (component, content));
@@ -279,7 +279,7 @@ impl ArtifactCache {
         if identity.0 != sealed {
             // Written since it was sealed: trust the bytes only if they match.
             let artifact = fs::read(&entry.artifact).ok()?;
-            if hex(&Sha256::digest(&artifact)) != digest {
+            if sha256_hex(&artifact) != digest {
                 tracing::warn!(
                     "corrupt precompiled artifact {}; recompiling",
                     entry.artifact.display()
@@ -312,7 +312,7 @@ impl ArtifactCache {
         self.write(&entry.artifact, artifact)?;
         let identity = Identity::of(&entry.artifact)
             .ok_or_else(|| std::io::Error::other("the artifact vanished after writing"))?;
-        let digest = hex(&Sha256::digest(artifact));
+        let digest = sha256_hex(artifact);
         let seal = format!("{digest} {} {}", identity.0, entry.stem);
         self.write(&entry.seal, seal)
     }
@@ -439,6 +439,12 @@ impl Hasher for StableHasher {
 
 fn is_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The SHA-256 of `bytes`, in lowercase hex: the content digest the cache
+/// files a component under, and the digest a manifest entry pins.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
 }
 
 fn hex(bytes: &[u8]) -> String {

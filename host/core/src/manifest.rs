@@ -6,6 +6,7 @@
 //!
 //! [[contributor]]
 //! path = "agent_lineage.wasm"     # relative to this file
+//! sha256 = "…"                    # optional: the bytes it must have
 //! on_error = "fail"               # or "omit"; default "fail"
 //!
 //! [contributor.config]            # served by the WIT `config.get`

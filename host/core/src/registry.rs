@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::cache::ArtifactCache;
+use crate::cache::{ArtifactCache, sha256_hex};
 use crate::compile::Compiler;
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
+use crate::input::{MAX_COMPONENT_BYTES, read_regular_file};
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
 use crate::manifest::{Manifest, ManifestError};
@@ -88,6 +89,18 @@ pub enum RegistryError {
     /// A manifest entry is invalid (shared, so the error stays `Clone`).
     #[error(transparent)]
     Manifest(Arc<ManifestError>),
+}
+
+/// Refuses `bytes` unless their SHA-256 is `pin` (lowercase hex).
+fn check_pin(origin: &str, bytes: &[u8], pin: &str) -> Result<(), LoadError> {
+    let actual = sha256_hex(bytes);
+    if actual == pin {
+        return Ok(());
+    }
+    Err(LoadError {
+        origin: origin.to_string(),
+        reason: format!("its sha256 is {actual}, but the manifest pins {pin}"),
+    })
 }
 
 /// An overlay, and the contributors left out of it under `on_error = "omit"`.
@@ -330,10 +343,26 @@ impl Registry {
 
     /// Loads the component `spec` describes (see [`Registry::load_file_with`])
     /// with its config, limits, grants and failure policy.
+    /// A pinned component (`sha256`) is read and hashed at every load, and
+    /// the bytes that matched are the ones compiled: no cached file identity
+    /// stands in for the check.
     pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, LoadError> {
-        let component = match &spec.source {
-            ContributorSource::File(path) => self.load_file_with(path, &spec.limits)?,
-            ContributorSource::Bytes { origin, bytes } => {
+        let component = match (&spec.source, &spec.sha256) {
+            (ContributorSource::File(path), None) => self.load_file_with(path, &spec.limits)?,
+            (ContributorSource::File(path), Some(pin)) => {
+                let origin = path.display().to_string();
+                let bytes =
+                    read_regular_file(path, MAX_COMPONENT_BYTES).map_err(|e| LoadError {
+                        origin: origin.clone(),
+                        reason: e.problem.to_string(),
+                    })?;
+                check_pin(&origin, &bytes, pin)?;
+                self.load_bytes_with(&origin, &bytes, &spec.limits)?
+            }
+            (ContributorSource::Bytes { origin, bytes }, pin) => {
+                if let Some(pin) = pin {
+                    check_pin(origin, bytes, pin)?;
+                }
                 self.load_bytes_with(origin, bytes, &spec.limits)?
             }
         };

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::input::escape_controls;
 use crate::limits::Limits;
 
 /// What happens to an execution when a contributor fails.
@@ -87,6 +88,8 @@ pub struct ContributorSpec {
     pub grants: Grants,
     /// What a failure of it does to an execution.
     pub on_error: OnError,
+    /// The SHA-256 the component's bytes must have (lowercase hex), if pinned.
+    pub sha256: Option<String>,
 }
 
 impl ContributorSpec {
@@ -112,6 +115,7 @@ impl ContributorSpec {
             limits: Limits::default(),
             grants: Grants::default(),
             on_error: OnError::default(),
+            sha256: None,
         }
     }
 
@@ -138,6 +142,9 @@ pub enum SpecError {
     /// A config key is set both in `config` and in `grants.config`.
     #[error("config key `{0}` is set in both config and grants.config")]
     ConfigInBoth(String),
+    /// `sha256` is not a SHA-256 digest.
+    #[error("sha256 must be 64 hexadecimal digits, not `{}`", escape_controls(.0))]
+    Digest(String),
 }
 
 /// A contributor as written: a manifest's `[[contributor]]` entry, or the
@@ -153,6 +160,9 @@ pub struct ContributorEntry {
     /// Failure policy.
     #[serde(default)]
     pub on_error: OnError,
+    /// The SHA-256 (hex) the component's bytes must have; a file that
+    /// differs is refused at registration.
+    pub sha256: Option<String>,
     /// Overrides of the default limits.
     #[serde(default)]
     pub limits: LimitsEntry,
@@ -244,6 +254,7 @@ impl ContributorEntry {
                 cwd_read: self.grants.cwd == Some(CwdGrant::Read),
             },
             on_error: self.on_error,
+            sha256: self.sha256.as_deref().map(pinned_digest).transpose()?,
         })
     }
 
@@ -262,6 +273,15 @@ impl ContributorEntry {
             }
         }
         Ok(config)
+    }
+}
+
+/// `text` as a SHA-256 digest in lowercase hex.
+fn pinned_digest(text: &str) -> Result<String, SpecError> {
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(text.to_ascii_lowercase())
+    } else {
+        Err(SpecError::Digest(text.to_string()))
     }
 }
 
