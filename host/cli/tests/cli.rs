@@ -909,9 +909,7 @@ fn check_prints_a_pinned_entry_and_a_pin_refuses_other_bytes() {
     let err = stderr(&output);
     assert!(
         err.contains(AGENT_LINEAGE)
-            && err.contains(&format!(
-                "its sha256 is {pin}, but the manifest pins {other}"
-            )),
+            && err.contains(&format!("its sha256 is {pin}, but its entry pins {other}")),
         "{err}"
     );
     // A pin that is no digest is a manifest error naming the field.

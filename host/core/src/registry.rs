@@ -99,7 +99,7 @@ fn check_pin(origin: &str, bytes: &[u8], pin: &str) -> Result<(), LoadError> {
     }
     Err(LoadError {
         origin: origin.to_string(),
-        reason: format!("its sha256 is {actual}, but the manifest pins {pin}"),
+        reason: format!("its sha256 is {actual}, but its entry pins {pin}"),
     })
 }
 
