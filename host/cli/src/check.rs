@@ -7,6 +7,9 @@ use std::process::ExitCode;
 
 use dsh_env::cache::sha256_hex;
 use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
+use dsh_env::signature::read_signature;
+use dsh_env::spec::default_signature_path;
+use dsh_env::{Manifest, Trust};
 use serde_json::json;
 
 use crate::setup::{CliResult, Failure, open_default_registry, parse_env_pair, print_json};
@@ -19,13 +22,30 @@ pub(crate) struct Args {
     /// A config value to serve to the component, NAME=VALUE (repeatable).
     #[arg(long = "config", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     config: Vec<(String, String)>,
+    /// Verify its signature (`<file>.minisig`) under this manifest's `[trust]`
+    /// keys; without it a signature is shown, not verified.
+    #[arg(long, value_name = "FILE")]
+    manifest: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
 /// Reports on the component; exit 1 when it breaks a rule.
-pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode> {
+pub(crate) async fn run(
+    Args {
+        file,
+        config,
+        manifest,
+        json,
+    }: Args,
+) -> CliResult<ExitCode> {
+    let trust = match &manifest {
+        Some(path) => {
+            (Manifest::from_file(path).and_then(|m| m.trust())).map_err(Failure::config)?
+        }
+        None => Trust::default(),
+    };
     let registry = open_default_registry()?;
     let config: BTreeMap<String, String> = config.into_iter().collect();
     // The bytes are read once: the digest shown is that of the bytes checked.
@@ -38,7 +58,22 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
         .map_err(Failure::config)?
         .with_config(config);
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::runtime)?;
-    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let mut problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    let signature_path = default_signature_path(&file);
+    let signature_shown = signature_path.display().to_string();
+    let signer = read_signature(&signature_path)
+        .map_err(|problem| format!("its signature {signature_shown} cannot be read: {problem}"))
+        .and_then(|signature| {
+            (trust.check(&shown_file, &bytes, signature.as_deref(), &signature_shown))
+                .map_err(|e| e.to_string())
+        });
+    let signer = match signer {
+        Ok(signer) => Some(signer),
+        Err(problem) => {
+            problems.push(problem);
+            None
+        }
+    };
     if json {
         let keys: Vec<_> = declaration
             .keys
@@ -48,6 +83,7 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
         print_json(&json!({
             "file": shown_file,
             "sha256": sha256,
+            "signer": signer,
             "name": declaration.name,
             "keys": keys,
             "imports": component.imports(),
@@ -61,6 +97,9 @@ pub(crate) async fn run(Args { file, config, json }: Args) -> CliResult<ExitCode
             escape_controls(&declaration.name)
         );
         println!("sha256: {sha256}");
+        if let Some(signer) = &signer {
+            println!("signature: {signer}");
+        }
         println!("Keys:");
         for (key, description) in &declaration.keys {
             println!(

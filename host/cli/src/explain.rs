@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use dsh_env::OnError;
 use dsh_env::environment::{ScrubReason, scrub_reason};
 use dsh_env::input::escape_controls;
 use serde_json::json;
@@ -44,6 +45,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .collect();
     scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
     let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
+    let contributors = registry.contributors();
     if args.json {
         let scrubbed: Vec<_> = scrubbed
             .iter()
@@ -51,7 +53,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
                 json!({"name": name, "rule": reason.rule(), "reason": reason.to_string()})
             })
             .collect();
-        print_json(&json!({"keys": keys, "scrubbed": scrubbed, "omitted": omitted}));
+        print_json(&json!({
+            "keys": keys,
+            "contributors": contributors,
+            "scrubbed": scrubbed,
+            "omitted": omitted,
+        }));
         return Ok(ExitCode::SUCCESS);
     }
     println!("Overlay:");
@@ -63,6 +70,31 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             field("value"),
             field("owner"),
             field("description")
+        );
+    }
+    println!("Contributors:");
+    for contributor in &contributors {
+        let mut grants: Vec<String> = (contributor.env_grants.iter())
+            .map(|name| format!("env {}", escape_controls(name)))
+            .collect();
+        if contributor.cwd_read {
+            grants.push("cwd (read)".into());
+        }
+        println!(
+            "  {}: {}, sha256 {}, {}; grants: {}; on_error = {}",
+            escape_controls(&contributor.name),
+            escape_controls(&contributor.origin),
+            contributor.sha256.as_deref().unwrap_or("-"),
+            contributor.signer,
+            if grants.is_empty() {
+                "none".into()
+            } else {
+                grants.join(", ")
+            },
+            match contributor.on_error {
+                OnError::Fail => "fail",
+                OnError::Omit => "omit",
+            }
         );
     }
     println!("Removed from the inherited environment:");

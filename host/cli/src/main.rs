@@ -5,6 +5,7 @@
 //! 2 usage or configuration error. Every error is one line naming the file,
 //! contributor, key or limit at fault.
 
+mod add;
 mod check;
 mod demo;
 mod explain;
@@ -41,6 +42,8 @@ enum Command {
     Resolve(resolve::Args),
     /// Run a command through the local executor, with the overlay.
     Run(run::Args),
+    /// Review a contributor, confirm, and pin it (digest and grants) in a manifest.
+    Add(add::Args),
     /// Load a component and report its declaration, imports and every rule it breaks.
     Check(check::Args),
     /// Explain the overlay: each key's owner and description, and which
@@ -111,6 +114,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::List(args) => list::run(args).await,
         Command::Resolve(args) => resolve::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Add(args) => add::run(args).await,
         Command::Check(args) => check::run(args).await,
         Command::Explain(args) => explain::run(args).await,
         Command::Demo { manifest } => {

@@ -93,11 +93,33 @@ pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Re
     Ok(Registry::with_runtime(&runtime, home, cache))
 }
 
-/// A registry for the home of this process (`$DSH_HOME`, else `~/.dsh`).
-pub(crate) fn open_default_registry() -> CliResult<Registry> {
-    let home = DshHome::resolve(&[], &HomeContext::from_process()).map_err(Failure::config)?;
+/// A registry for `home`, keeping compiled components in its `cache`.
+pub(crate) fn open_home_registry(home: DshHome) -> CliResult<Registry> {
     let cache = ArtifactCache::new(home.path().join("cache"));
     open_registry(home, cache)
+}
+
+/// A registry for the home of this process (`$DSH_HOME`, else `~/.dsh`).
+pub(crate) fn open_default_registry() -> CliResult<Registry> {
+    open_home_registry(resolve_home(None, None)?)
+}
+
+/// The home: `--home`, then the manifest's `home`, then `$DSH_HOME`, then `~/.dsh`.
+pub(crate) fn resolve_home(flag: Option<&str>, manifest: Option<&Manifest>) -> CliResult<DshHome> {
+    let mut explicit = Vec::new();
+    if let Some(path) = flag {
+        explicit.push(HomeSetting {
+            origin: "--home".into(),
+            path: path.to_string(),
+        });
+    }
+    if let Some((manifest, path)) = manifest.and_then(|m| Some((m, m.home.as_ref()?))) {
+        explicit.push(HomeSetting {
+            origin: manifest.origin.clone(),
+            path: path.clone(),
+        });
+    }
+    DshHome::resolve(&explicit, &HomeContext::from_process()).map_err(Failure::config)
 }
 
 impl Setup {
@@ -120,24 +142,8 @@ impl Setup {
             .map(Manifest::from_file)
             .transpose()
             .map_err(Failure::config)?;
-        let mut explicit = Vec::new();
-        if let Some(path) = &self.home {
-            explicit.push(HomeSetting {
-                origin: "--home".into(),
-                path: path.clone(),
-            });
-        }
-        if let Some(path) = manifest.as_ref().and_then(|m| m.home.clone()) {
-            let origin = manifest
-                .as_ref()
-                .map(|m| m.origin.clone())
-                .unwrap_or_default();
-            explicit.push(HomeSetting { origin, path });
-        }
-        let home =
-            DshHome::resolve(&explicit, &HomeContext::from_process()).map_err(Failure::config)?;
-        let cache = ArtifactCache::new(home.path().join("cache"));
-        let registry = open_registry(home, cache)?;
+        let home = resolve_home(self.home.as_deref(), manifest.as_ref())?;
+        let registry = open_home_registry(home)?;
         let registrations = match &manifest {
             Some(manifest) => registry
                 .register_manifest(manifest, &HostEnv::from_process())

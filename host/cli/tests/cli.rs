@@ -922,3 +922,230 @@ fn check_prints_a_pinned_entry_and_a_pin_refuses_other_bytes() {
         stderr(&output)
     );
 }
+
+/// A minisign key pair made by Debian's `minisign`, as an author makes one.
+struct SigningKey {
+    secret: PathBuf,
+    /// The base64 line of the `.pub` file: what `[trust] keys` holds.
+    public: String,
+    /// The key id, as minisign prints it.
+    id: String,
+}
+
+impl SigningKey {
+    fn new(f: &Fixture, name: &str) -> Self {
+        let (public, secret) = (
+            f.path(&format!("{name}.pub")),
+            f.path(&format!("{name}.key")),
+        );
+        let status = Command::new("minisign")
+            .args(["-G", "-W", "-f", "-p"])
+            .arg(&public)
+            .arg("-s")
+            .arg(&secret)
+            .stdout(Stdio::null())
+            .status()
+            .expect("minisign is installed by scripts/setup-polyglot");
+        assert!(status.success());
+        let text = std::fs::read_to_string(&public).unwrap();
+        let id = text
+            .lines()
+            .next()
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        let public = text.lines().nth(1).unwrap().to_string();
+        SigningKey { secret, public, id }
+    }
+
+    /// Signs `file`, writing `<file>.minisig`.
+    fn sign(&self, file: &Path) {
+        let status = Command::new("minisign")
+            .args(["-S", "-s"])
+            .arg(&self.secret)
+            .arg("-m")
+            .arg(file)
+            .args(["-t", "release 1.0"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A copy of the component `from`, at `name` in the fixture.
+fn component_copy(f: &Fixture, from: &str, name: &str) -> PathBuf {
+    let path = f.path(name);
+    std::fs::copy(from, &path).unwrap();
+    path
+}
+
+#[test]
+fn a_signature_under_a_trusted_key_is_verified_and_shown() {
+    let f = Fixture::new();
+    let author = SigningKey::new(&f, "author");
+    let component = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    author.sign(&component);
+    let trust = |keys: &[&str], required: bool| {
+        format!("[trust]\nkeys = {keys:?}\nrequire_signature = {required}\n\n")
+    };
+    let manifest = |name: &str, trust: &str| {
+        f.write(
+            name,
+            &format!("{trust}[[contributor]]\npath = \"lineage.wasm\"\n"),
+        )
+        .display()
+        .to_string()
+    };
+    let trusted = manifest("trusted.toml", &trust(&[&author.public], true));
+    let explain = |manifest: &str| {
+        f.run(
+            &[
+                "explain",
+                "--home",
+                &f.home(),
+                "--manifest",
+                manifest,
+                "--json",
+            ],
+            &[],
+        )
+    };
+    let output = explain(&trusted);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let signer = &json(&output)["contributors"][0]["signer"];
+    assert_eq!(signer["status"], "trusted", "{signer}");
+    assert_eq!(signer["key_id"], author.id.as_str());
+    assert!(
+        signer["trusted_comment"]
+            .as_str()
+            .unwrap()
+            .contains("release 1.0")
+    );
+    // check shows the same, verified under the manifest's keys.
+    let output = f.run(&["check", "lineage.wasm", "--manifest", &trusted], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains(&format!("signature: signed by trusted key {}", author.id)),
+        "{}",
+        stdout(&output)
+    );
+
+    // Signed by a key the manifest does not trust: refused, naming the key.
+    let stranger = SigningKey::new(&f, "stranger");
+    let only_stranger = manifest("stranger.toml", &trust(&[&stranger.public], false));
+    assert_config_error(
+        &explain(&only_stranger),
+        &["lineage.wasm", &author.id, "not in [trust] keys"],
+    );
+
+    // A signature that is not of these bytes: refused, naming file and key.
+    let other = component_copy(&f, CALL_TRACE, "other.wasm");
+    author.sign(&other);
+    std::fs::copy(f.path("other.wasm.minisig"), f.path("lineage.wasm.minisig")).unwrap();
+    assert_config_error(
+        &explain(&trusted),
+        &["lineage.wasm", &author.id, "does not verify"],
+    );
+
+    // Unsigned, with a signature required: refused; not required: unsigned.
+    std::fs::remove_file(f.path("lineage.wasm.minisig")).unwrap();
+    assert_config_error(
+        &explain(&trusted),
+        &["lineage.wasm", "is not signed", "requires a signature"],
+    );
+    let optional = manifest("optional.toml", &trust(&[&author.public], false));
+    let output = explain(&optional);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        json(&output)["contributors"][0]["signer"]["status"],
+        "unsigned"
+    );
+
+    // A trusted key that is not a key: the manifest is refused, naming it.
+    let broken = manifest("broken.toml", &trust(&["not-a-key"], false));
+    assert_config_error(&explain(&broken), &["broken.toml", "trust.keys[0]"]);
+}
+
+#[test]
+fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
+    let f = Fixture::new();
+    let component = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let layout = "# Contributors for this project.\nhome = \"home\"  # kept as written\n";
+    let manifest = f.write("m.toml", layout);
+    let manifest_arg = manifest.to_str().unwrap();
+    let add = |extra: &[&str]| {
+        let mut args = vec!["add", "lineage.wasm", "--manifest", manifest_arg];
+        args.extend_from_slice(extra);
+        f.run(&args, &[])
+    };
+    let list = || f.run(&["list", "--manifest", manifest_arg], &[]);
+
+    // Without a terminal and without --yes: the review is shown, nothing written.
+    let output = add(&[]);
+    assert_config_error(&output, &["no terminal to confirm on", "--yes"]);
+    let review = stdout(&output);
+    for needle in [
+        "Contributor `agent-lineage`",
+        "DSH_PARENT_SESSION_ID",
+        "wasi:cli/environment",
+        "Grants its entry asks for:\n    (none)",
+        "signature: unsigned",
+    ] {
+        assert!(review.contains(needle), "`{needle}` not in: {review}");
+    }
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), layout);
+
+    // With --yes: pinned, comments and layout kept, and it loads.
+    let output = add(&["--yes"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    assert!(pinned.starts_with(layout), "{pinned}");
+    assert!(pinned.contains("path = \"lineage.wasm\""), "{pinned}");
+    assert!(pinned.contains("grants_sha256 = "), "{pinned}");
+    let output = list();
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // Other bytes at the same path: refused until added again.
+    std::fs::copy(CALL_TRACE, &component).unwrap();
+    assert_config_error(
+        &list(),
+        &[
+            "lineage.wasm",
+            "changed since it was pinned",
+            "run `dsh-env add` again",
+        ],
+    );
+    let output = add(&["--yes"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("Updated `call-trace`"),
+        "{}",
+        stdout(&output)
+    );
+    let repinned = std::fs::read_to_string(&manifest).unwrap();
+    assert_eq!(repinned.matches("[[contributor]]").count(), 1, "{repinned}");
+    assert!(list().status.success());
+
+    // Grants edited by hand: refused until reviewed again by `add`.
+    let widened = format!("{repinned}\n[contributor.grants]\ncwd = \"read\"\n");
+    std::fs::write(&manifest, &widened).unwrap();
+    assert_config_error(
+        &list(),
+        &[
+            "m.toml",
+            "grants changed since it was added",
+            "run `dsh-env add` again",
+        ],
+    );
+    let output = add(&["--yes"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("the agent's cwd, read-only"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(list().status.success());
+}

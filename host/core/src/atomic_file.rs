@@ -9,7 +9,7 @@ use std::path::Path;
 /// so concurrent writers of the same path, in this process or another, never
 /// share one: whichever rename lands last wins, whole. The sync before the
 /// rename means a crash leaves the old file or the new one, never an empty
-/// one.
+/// one. A file replaced keeps its permissions.
 pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -18,6 +18,9 @@ pub fn write(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
     let mut partial = tempfile::Builder::new()
         .prefix(".partial-")
         .tempfile_in(dir)?;
+    if let Ok(existing) = std::fs::metadata(path) {
+        partial.as_file().set_permissions(existing.permissions())?;
+    }
     partial.write_all(contents.as_ref())?;
     partial.as_file().sync_all()?;
     partial.persist(path).map_err(|e| e.error)?;

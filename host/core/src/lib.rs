@@ -29,6 +29,7 @@ pub mod overlay;
 pub mod registry;
 pub mod runtime;
 pub mod sandbox;
+pub mod signature;
 pub mod spec;
 
 pub use cache::ArtifactCache;
@@ -43,11 +44,12 @@ pub use limits::{HostLimits, Limits};
 pub use manifest::{Manifest, ManifestError};
 pub use overlay::Overlay;
 pub use registry::{
-    BUILTIN_OWNER, Collection, ContributorError, FailureCause, KeyListing, NativeContributor,
-    Registration, Registry, RegistryError,
+    BUILTIN_OWNER, Collection, ContributorError, ContributorListing, FailureCause, KeyListing,
+    NativeContributor, Registration, Registry, RegistryError,
 };
 pub use runtime::{Allocator, Runtime, RuntimeError};
 pub use sandbox::{ContributorComponent, GuestFailure, LoadError, Phase};
+pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
     ContributorEntry, ContributorSource, ContributorSpec, Grants, HostEnv, OnError, SpecError,
 };

@@ -4,9 +4,15 @@
 //! ```toml
 //! home = "~/.dsh"                 # optional
 //!
+//! [trust]                         # optional: minisign keys trusted to sign
+//! keys = ["RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3"]
+//! require_signature = false       # true: unsigned components are refused
+//!
 //! [[contributor]]
 //! path = "agent_lineage.wasm"     # relative to this file
 //! sha256 = "…"                    # optional: the bytes it must have
+//! signature = "agent_lineage.wasm.minisig"  # the default
+//! grants_sha256 = "…"             # optional: the grants reviewed (`dsh-env add`)
 //! on_error = "fail"               # or "omit"; default "fail"
 //!
 //! [contributor.config]            # served by the WIT `config.get`
@@ -22,10 +28,12 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::input::{FileError, MAX_MANIFEST_BYTES, read_regular_text};
+use crate::signature::{SignatureError, Trust};
 use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
 
 /// A parsed manifest.
@@ -34,6 +42,9 @@ use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
 pub struct Manifest {
     /// The harness home, if the manifest sets one.
     pub home: Option<String>,
+    /// Whose signatures are trusted.
+    #[serde(default)]
+    pub trust: TrustEntry,
     /// The contributors, in file order.
     #[serde(default, rename = "contributor")]
     pub contributors: Vec<ContributorEntry>,
@@ -43,6 +54,18 @@ pub struct Manifest {
     /// The file it was read from (for messages).
     #[serde(skip)]
     pub origin: String,
+}
+
+/// `[trust]`: the minisign keys trusted to sign contributors.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustEntry {
+    /// Public keys, each the base64 line of a minisign `.pub` file.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Whether an unsigned contributor is refused.
+    #[serde(default)]
+    pub require_signature: bool,
 }
 
 /// Why a manifest could not be used.
@@ -70,6 +93,14 @@ pub enum ManifestError {
         /// What is wrong.
         source: SpecError,
     },
+    /// `[trust]` is invalid.
+    #[error("invalid manifest {path}: {source}")]
+    Trust {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        source: SignatureError,
+    },
 }
 
 impl Manifest {
@@ -82,30 +113,55 @@ impl Manifest {
 
     /// Parses manifest text; `origin` names it in errors, `base_dir` anchors paths.
     pub fn parse(text: &str, origin: &str, base_dir: PathBuf) -> Result<Self, ManifestError> {
+        let manifest = Self::parse_unchecked(text, origin, base_dir)?;
+        manifest.specs(&HostEnv::default())?;
+        Ok(manifest)
+    }
+
+    /// Parses manifest text without validating its entries (their limits,
+    /// digests and reviewed grants): for a tool that fixes an entry, such as
+    /// `dsh-env add`, which must read a manifest whose entry changed.
+    pub fn parse_unchecked(
+        text: &str,
+        origin: &str,
+        base_dir: PathBuf,
+    ) -> Result<Self, ManifestError> {
         let mut manifest: Manifest = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: origin.to_string(),
             message: describe_toml_error(text, &e),
         })?;
         manifest.base_dir = base_dir;
         manifest.origin = origin.to_string();
-        manifest.specs(&HostEnv::default())?;
         Ok(manifest)
     }
 
     /// Every entry as a validated spec, in file order, with `grants.env`
     /// values taken from `host_env`.
     pub fn specs(&self, host_env: &HostEnv) -> Result<Vec<ContributorSpec>, ManifestError> {
+        let trust = Arc::new(self.trust()?);
         (self.contributors.iter())
             .map(|entry| {
-                entry
-                    .to_spec(&self.base_dir, host_env)
-                    .map_err(|source| ManifestError::Entry {
+                let mut spec = (entry.to_spec(&self.base_dir, host_env)).map_err(|source| {
+                    ManifestError::Entry {
                         path: self.origin.clone(),
                         path_in_manifest: entry.path.display().to_string(),
                         source,
-                    })
+                    }
+                })?;
+                spec.trust = Arc::clone(&trust);
+                Ok(spec)
             })
             .collect()
+    }
+
+    /// The validated `[trust]` table.
+    pub fn trust(&self) -> Result<Trust, ManifestError> {
+        Trust::new(&self.trust.keys, self.trust.require_signature).map_err(|source| {
+            ManifestError::Trust {
+                path: self.origin.clone(),
+                source,
+            }
+        })
     }
 
     /// The absolute (or cwd-relative) path of a contributor's component.

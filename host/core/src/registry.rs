@@ -14,7 +14,7 @@ use crate::declaration::{
 };
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
-use crate::input::{MAX_COMPONENT_BYTES, read_regular_file};
+use crate::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::Limits;
 use crate::manifest::{Manifest, ManifestError};
@@ -23,6 +23,7 @@ use crate::runtime::{Runtime, RuntimeError};
 use crate::sandbox::{
     Call, ContributorComponent, GuestFailure, LoadError, Phase, Preparation, Prepared, Source,
 };
+use crate::signature::{SignatureError, Signer, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
 
 /// The owner shown for dsh-env's built-in keys.
@@ -89,17 +90,35 @@ pub enum RegistryError {
     /// A manifest entry is invalid (shared, so the error stays `Clone`).
     #[error(transparent)]
     Manifest(Arc<ManifestError>),
+    /// The component's bytes are not the ones its entry pins.
+    #[error(
+        "{} changed since it was pinned: its sha256 is {actual}, but its entry pins {pinned}; \
+         run `dsh-env add` again to review it",
+        escape_controls(.origin)
+    )]
+    Changed {
+        /// The component.
+        origin: String,
+        /// The digest pinned.
+        pinned: String,
+        /// The digest of the bytes found.
+        actual: String,
+    },
+    /// Its signature was refused.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
 }
 
 /// Refuses `bytes` unless their SHA-256 is `pin` (lowercase hex).
-fn check_pin(origin: &str, bytes: &[u8], pin: &str) -> Result<(), LoadError> {
+fn check_pin(origin: &str, bytes: &[u8], pin: &str) -> Result<(), RegistryError> {
     let actual = sha256_hex(bytes);
     if actual == pin {
         return Ok(());
     }
-    Err(LoadError {
+    Err(RegistryError::Changed {
         origin: origin.to_string(),
-        reason: format!("its sha256 is {actual}, but its entry pins {pin}"),
+        pinned: pin.to_string(),
+        actual,
     })
 }
 
@@ -110,6 +129,25 @@ pub struct Collection {
     pub overlay: Overlay,
     /// Failures that were omitted rather than failing the execution.
     pub omitted: Vec<ContributorError>,
+}
+
+/// One registered contributor, as [`Registry::contributors`] describes it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ContributorListing {
+    /// Its declared name.
+    pub name: String,
+    /// Where its component came from (a path, a label, or `native`).
+    pub origin: String,
+    /// The SHA-256 of its component's bytes (none for a native contributor).
+    pub sha256: Option<String>,
+    /// Who signed it.
+    pub signer: Signer,
+    /// The names of the environment variables granted (never their values).
+    pub env_grants: Vec<String>,
+    /// Whether the agent's cwd is granted, read-only.
+    pub cwd_read: bool,
+    /// What its failure does to an execution.
+    pub on_error: OnError,
 }
 
 /// One row of [`Registry::list`].
@@ -343,33 +381,62 @@ impl Registry {
 
     /// Loads the component `spec` describes (see [`Registry::load_file_with`])
     /// with its config, limits, grants and failure policy.
-    /// A pinned component (`sha256`) is read and hashed at every load, and
-    /// the bytes that matched are the ones compiled: no cached file identity
-    /// stands in for the check.
-    pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, LoadError> {
-        let component = match (&spec.source, &spec.sha256) {
-            (ContributorSource::File(path), None) => self.load_file_with(path, &spec.limits)?,
-            (ContributorSource::File(path), Some(pin)) => {
-                let origin = path.display().to_string();
+    ///
+    /// A pinned (`sha256`) or signed-under-`[trust]` component is read and
+    /// checked at every load, and the bytes that passed are the ones
+    /// compiled: no cached file identity stands in for the check.
+    pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, RegistryError> {
+        let origin = spec.origin();
+        let signature_location = (spec.signature.as_deref())
+            .map(|path| path.display().to_string())
+            .unwrap_or_else(|| "(no signature file)".into());
+        let read_signature = || -> Result<Option<String>, RegistryError> {
+            let Some(path) = &spec.signature else {
+                return Ok(None);
+            };
+            read_signature(path).map_err(|problem| {
+                RegistryError::Signature(SignatureError::Malformed {
+                    origin: origin.clone(),
+                    signature: signature_location.clone(),
+                    reason: problem.to_string(),
+                })
+            })
+        };
+        let checked = |bytes: &[u8]| -> Result<Signer, RegistryError> {
+            if let Some(pin) = &spec.sha256 {
+                check_pin(&origin, bytes, pin)?;
+            }
+            let signature = read_signature()?;
+            Ok((spec.trust).check(&origin, bytes, signature.as_deref(), &signature_location)?)
+        };
+        let (component, signer) = match &spec.source {
+            ContributorSource::File(path) if spec.sha256.is_none() && !spec.trust.is_active() => {
+                // Nothing to check on the bytes: the cache may map the file
+                // by its identity. A signature is still reported.
+                let signature = read_signature()?;
+                let signer =
+                    (spec.trust).check(&origin, &[], signature.as_deref(), &signature_location)?;
+                (self.load_file_with(path, &spec.limits)?, signer)
+            }
+            ContributorSource::File(path) => {
                 let bytes =
                     read_regular_file(path, MAX_COMPONENT_BYTES).map_err(|e| LoadError {
                         origin: origin.clone(),
                         reason: e.problem.to_string(),
                     })?;
-                check_pin(&origin, &bytes, pin)?;
-                self.load_bytes_with(&origin, &bytes, &spec.limits)?
+                let signer = checked(&bytes)?;
+                (self.load_bytes_with(&origin, &bytes, &spec.limits)?, signer)
             }
-            (ContributorSource::Bytes { origin, bytes }, pin) => {
-                if let Some(pin) = pin {
-                    check_pin(origin, bytes, pin)?;
-                }
-                self.load_bytes_with(origin, bytes, &spec.limits)?
+            ContributorSource::Bytes { bytes, .. } => {
+                let signer = checked(bytes)?;
+                (self.load_bytes_with(&origin, bytes, &spec.limits)?, signer)
             }
         };
         Ok(component
             .with_config(spec.config.clone())
             .with_grants(spec.grants.clone())
-            .with_on_error(spec.on_error))
+            .with_on_error(spec.on_error)
+            .with_signer(signer))
     }
 
     /// Loads and registers the contributor `spec` describes.
@@ -489,6 +556,30 @@ impl Registry {
             name,
             id,
         })
+    }
+
+    /// Every registered contributor, sorted by name: where it came from,
+    /// its digest, signer, grants and failure policy. Runs no resolver.
+    pub fn contributors(&self) -> Vec<ContributorListing> {
+        let snapshot = self.inner.snapshot();
+        (snapshot.iter())
+            .map(|(name, entry)| {
+                let component = match &entry.resolver {
+                    Resolver::Wasm(wasm) => Some(&wasm.component),
+                    Resolver::Native(_) => None,
+                };
+                let grants = component.map(|c| c.grants().clone()).unwrap_or_default();
+                ContributorListing {
+                    name: name.clone(),
+                    origin: component.map_or_else(|| "native".into(), |c| c.origin().into()),
+                    sha256: component.map(|c| c.sha256().to_string()),
+                    signer: component.map_or(Signer::Unsigned, |c| c.signer().clone()),
+                    env_grants: grants.env.into_iter().map(|(name, _)| name).collect(),
+                    cwd_read: grants.cwd_read,
+                    on_error: entry.on_error,
+                }
+            })
+            .collect()
     }
 
     /// Every key, built-ins included, sorted, with owner and description. Runs

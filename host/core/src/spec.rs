@@ -7,12 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::cache::sha256_hex;
 use crate::input::escape_controls;
 use crate::limits::Limits;
+use crate::signature::Trust;
 
 /// What happens to an execution when a contributor fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
@@ -90,13 +93,21 @@ pub struct ContributorSpec {
     pub on_error: OnError,
     /// The SHA-256 the component's bytes must have (lowercase hex), if pinned.
     pub sha256: Option<String>,
+    /// Where its minisign signature may be (for a file: the file's path
+    /// plus `.minisig`).
+    pub signature: Option<PathBuf>,
+    /// Whose signatures are trusted; the default checks none.
+    pub trust: Arc<Trust>,
 }
 
 impl ContributorSpec {
     /// The component at `path`, with no config, the default limits, no
     /// grants, and `on_error = "fail"`.
     pub fn file(path: impl Into<PathBuf>) -> Self {
-        Self::from_source(ContributorSource::File(path.into()))
+        let path = path.into();
+        let mut spec = Self::from_source(ContributorSource::File(path.clone()));
+        spec.signature = Some(default_signature_path(&path));
+        spec
     }
 
     /// The component `bytes`, named `origin` in messages, with the defaults
@@ -116,6 +127,8 @@ impl ContributorSpec {
             grants: Grants::default(),
             on_error: OnError::default(),
             sha256: None,
+            signature: None,
+            trust: Arc::default(),
         }
     }
 
@@ -142,14 +155,30 @@ pub enum SpecError {
     /// A config key is set both in `config` and in `grants.config`.
     #[error("config key `{0}` is set in both config and grants.config")]
     ConfigInBoth(String),
-    /// `sha256` is not a SHA-256 digest.
-    #[error("sha256 must be 64 hexadecimal digits, not `{}`", escape_controls(.0))]
-    Digest(String),
+    /// `sha256` or `grants_sha256` is not a SHA-256 digest.
+    #[error("{field} must be 64 hexadecimal digits, not `{}`", escape_controls(.text))]
+    Digest {
+        /// `sha256` or `grants_sha256`.
+        field: &'static str,
+        /// What was written.
+        text: String,
+    },
+    /// The grants differ from the ones reviewed by `dsh-env add`.
+    #[error(
+        "its grants changed since it was added (reviewed grants_sha256 {reviewed}, now {actual}); \
+         run `dsh-env add` again to review it"
+    )]
+    GrantsChanged {
+        /// The digest of the grants reviewed.
+        reviewed: String,
+        /// The digest of the grants written now.
+        actual: String,
+    },
 }
 
 /// A contributor as written: a manifest's `[[contributor]]` entry, or the
 /// params of `serve`'s `register`. Unknown fields are errors.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContributorEntry {
     /// The component file.
@@ -163,6 +192,11 @@ pub struct ContributorEntry {
     /// The SHA-256 (hex) the component's bytes must have; a file that
     /// differs is refused at registration.
     pub sha256: Option<String>,
+    /// The component's minisign signature (default: its path plus `.minisig`).
+    pub signature: Option<PathBuf>,
+    /// The digest of the grants reviewed by `dsh-env add` (see
+    /// [`GrantsEntry::digest`]); other grants are refused until added again.
+    pub grants_sha256: Option<String>,
     /// Overrides of the default limits.
     #[serde(default)]
     pub limits: LimitsEntry,
@@ -243,8 +277,21 @@ impl ContributorEntry {
         base_dir: &Path,
         host_env: &HostEnv,
     ) -> Result<ContributorSpec, SpecError> {
+        if let Some(reviewed) = &self.grants_sha256 {
+            let reviewed = pinned_digest("grants_sha256", reviewed)?;
+            let actual = self.grants.digest();
+            if reviewed != actual {
+                return Err(SpecError::GrantsChanged { reviewed, actual });
+            }
+        }
+        let path = base_dir.join(&self.path);
         Ok(ContributorSpec {
-            source: ContributorSource::File(base_dir.join(&self.path)),
+            signature: Some(match &self.signature {
+                Some(signature) => base_dir.join(signature),
+                None => default_signature_path(&path),
+            }),
+            trust: Arc::default(),
+            source: ContributorSource::File(path),
             config: self.config()?,
             limits: self.limits()?,
             grants: Grants {
@@ -254,7 +301,9 @@ impl ContributorEntry {
                 cwd_read: self.grants.cwd == Some(CwdGrant::Read),
             },
             on_error: self.on_error,
-            sha256: self.sha256.as_deref().map(pinned_digest).transpose()?,
+            sha256: (self.sha256.as_deref())
+                .map(|text| pinned_digest("sha256", text))
+                .transpose()?,
         })
     }
 
@@ -276,12 +325,40 @@ impl ContributorEntry {
     }
 }
 
-/// `text` as a SHA-256 digest in lowercase hex.
-fn pinned_digest(text: &str) -> Result<String, SpecError> {
+/// `text` (the value of `field`) as a SHA-256 digest in lowercase hex.
+fn pinned_digest(field: &'static str, text: &str) -> Result<String, SpecError> {
     if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(text.to_ascii_lowercase())
     } else {
-        Err(SpecError::Digest(text.to_string()))
+        Err(SpecError::Digest {
+            field,
+            text: text.to_string(),
+        })
+    }
+}
+
+/// Where a component file's signature is looked for by default: minisign's
+/// own convention, the file's path plus `.minisig`.
+pub fn default_signature_path(path: &Path) -> PathBuf {
+    let mut signature = path.as_os_str().to_owned();
+    signature.push(".minisig");
+    PathBuf::from(signature)
+}
+
+impl GrantsEntry {
+    /// The SHA-256 (hex) of these grants as written (env names, not their
+    /// values), independent of order and layout: what `dsh-env add` pins as
+    /// `grants_sha256`.
+    pub fn digest(&self) -> String {
+        let mut env = self.env.clone();
+        env.sort();
+        env.dedup();
+        let canonical = serde_json::json!({
+            "config": self.config,
+            "cwd": self.cwd.map(|CwdGrant::Read| "read"),
+            "env": env,
+        });
+        sha256_hex(canonical.to_string().as_bytes())
     }
 }
 

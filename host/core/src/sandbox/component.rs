@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::contract::Pre;
 use crate::limits::Limits;
+use crate::signature::Signer;
 use crate::spec::{Grants, OnError};
 
 /// A compiled contributor component, ready to be instantiated per call.
@@ -23,6 +24,7 @@ pub struct ContributorComponent {
     pub(super) on_error: OnError,
     pub(super) imports: Arc<[String]>,
     pub(super) grants: Grants,
+    pub(super) signer: Signer,
 }
 
 impl fmt::Debug for ContributorComponent {
@@ -45,6 +47,27 @@ impl ContributorComponent {
     /// The names of the interfaces the component imports.
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+
+    /// Who signed it, as checked when it was loaded from a spec.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    /// What it is granted.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The same component, recorded as signed by `signer`.
+    pub fn with_signer(mut self, signer: Signer) -> Self {
+        self.signer = signer;
+        self
+    }
+
+    /// The SHA-256 of its bytes (lowercase hex).
+    pub fn sha256(&self) -> &str {
+        &self.content
     }
 
     /// The limits its calls run under.

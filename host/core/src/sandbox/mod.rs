@@ -242,6 +242,7 @@ impl Sandbox {
             on_error: OnError::default(),
             imports,
             grants: Grants::default(),
+            signer: crate::signature::Signer::Unsigned,
         })
     }
 
