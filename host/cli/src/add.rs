@@ -5,7 +5,7 @@
 //! The entry gets `sha256` (the bytes reviewed) and `grants_sha256` (the
 //! grants reviewed); loading refuses either change until `add` runs again.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -223,8 +223,8 @@ fn confirm(name: &str, manifest: &str) -> CliResult<bool> {
     );
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
-    stdin
-        .lock()
+    // An answer is a word; a longer line is not read whole.
+    (stdin.lock().take(64))
         .read_line(&mut answer)
         .map_err(|e| Failure::config(format!("cannot read the answer: {e}")))?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes"))

@@ -69,6 +69,29 @@ impl Fixture {
         output_within(self.command(args, env), Stdio::null(), None)
     }
 
+    /// `dsh-env <args>` on a real terminal (a pty from util-linux `script`),
+    /// typing `input`; stdout and stderr both arrive as the pty's output.
+    fn on_terminal(&self, args: &[&str], input: &str) -> Output {
+        let inner = self.command(args, &[]);
+        let quote =
+            |arg: &std::ffi::OsStr| format!("'{}'", arg.to_str().unwrap().replace('\'', r"'\''"));
+        let line: Vec<String> = std::iter::once(inner.get_program())
+            .chain(inner.get_args())
+            .map(quote)
+            .collect();
+        let mut script = Command::new("script");
+        script
+            .args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
+            .env_clear()
+            .envs(
+                inner
+                    .get_envs()
+                    .filter_map(|(name, value)| Some((name, value?))),
+            )
+            .current_dir(self.dir.path());
+        output_within(script, Stdio::piped(), Some(input.as_bytes().to_vec()))
+    }
+
     /// A FIFO named `name`, with no writer: opening it for reading blocks.
     fn fifo(&self, name: &str) -> PathBuf {
         let path = self.path(name);
@@ -1097,6 +1120,27 @@ fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
         assert!(review.contains(needle), "`{needle}` not in: {review}");
     }
     assert_eq!(std::fs::read_to_string(&manifest).unwrap(), layout);
+
+    // On a terminal (a real pty, from util-linux `script`), "n" declines and
+    // "y" pins; --yes pins without asking.
+    let on_terminal =
+        |answer: &str| f.on_terminal(&["add", "lineage.wasm", "--manifest", manifest_arg], answer);
+    let output = on_terminal("n\n");
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("Trust `agent-lineage` and pin it in"),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), layout);
+    let output = on_terminal("y\n");
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert!(
+        std::fs::read_to_string(&manifest)
+            .unwrap()
+            .contains("sha256 = ")
+    );
+    std::fs::write(&manifest, layout).unwrap();
 
     // With --yes: pinned, comments and layout kept, and it loads.
     let output = add(&["--yes"]);
