@@ -7,10 +7,12 @@ use std::time::Duration;
 use dsh_env::Grants;
 use dsh_env::engine::MAX_LIVE_INSTANCES;
 use dsh_env::sandbox::MAX_PREPARED;
-use dsh_env::{ContributorError, FailureCause, GuestFailure, Limits, Registration, Registry};
+use dsh_env::{
+    ContributorError, FailureCause, GuestFailure, HostLimits, Limits, Registration, Registry,
+};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};
-use dsh_env_tests::{agent_call, echo, puppet, registry};
+use dsh_env_tests::{agent_call, echo, puppet, registry, registry_with};
 use serde_json::json;
 
 /// A puppet that reports how many calls its instance has served, and the call id.
@@ -111,7 +113,9 @@ async fn every_bash_tool_call_gets_a_fresh_instance() {
 
 #[tokio::test]
 async fn instances_made_ahead_never_take_every_pool_slot() {
-    let registry = registry();
+    // Its own runtime: it counts the pool's slots, which other tests in a
+    // shared runtime would be holding.
+    let registry = registry_with(HostLimits::default());
     // First in name order, and never made ahead (its WASI context needs the
     // execution's cwd): it needs a free slot at the call.
     let first = puppet(
