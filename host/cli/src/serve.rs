@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use dsh_env::{
-    ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution, supported_contracts,
+    Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
+    supported_contracts,
 };
 use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
 use serde::Deserialize;
@@ -403,12 +404,7 @@ impl Server {
             "collect" => {
                 let params: CollectParams =
                     serde_json::from_value(params).map_err(RpcError::params)?;
-                let execution = parse_execution(&params.execution)?;
-                let collection = self
-                    .registry
-                    .collect_report(&execution)
-                    .await
-                    .map_err(|err| RpcError::app(&err).naming(&err))?;
+                let (_, collection) = self.collect(&params.execution).await?;
                 let omitted: Vec<String> =
                     collection.omitted.iter().map(ToString::to_string).collect();
                 Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
@@ -448,12 +444,7 @@ impl Server {
     /// `exec`: the overlay for the execution, then the command with it.
     async fn exec(&self, params: Value) -> Result<Value, RpcError> {
         let params: ExecParams = serde_json::from_value(params).map_err(RpcError::params)?;
-        let execution = parse_execution(&params.execution)?;
-        let overlay = self
-            .registry
-            .collect(&execution)
-            .await
-            .map_err(|err| RpcError::app(&err).naming(&err))?;
+        let (execution, Collection { overlay, .. }) = self.collect(&params.execution).await?;
         let workdir = match &execution.agent {
             Some(agent) => PathBuf::from(&agent.cwd),
             None => std::env::current_dir().map_err(RpcError::app)?,
@@ -477,14 +468,23 @@ impl Server {
         }))
     }
 
+    /// The execution in `execution` (the reference harness's JSON), and its
+    /// overlay.
+    async fn collect(&self, execution: &Value) -> Result<(ToolExecution, Collection), RpcError> {
+        let execution =
+            ToolExecution::from_json(&execution.to_string()).map_err(RpcError::params)?;
+        let collection = self
+            .registry
+            .collect_report(&execution)
+            .await
+            .map_err(|err| RpcError::app(&err).naming(&err))?;
+        Ok((execution, collection))
+    }
+
     fn registrations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registration>> {
         // A panic elsewhere cannot leave the map half-changed: use it as is.
         self.registrations
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-fn parse_execution(value: &Value) -> Result<ToolExecution, RpcError> {
-    ToolExecution::from_json(&value.to_string()).map_err(RpcError::params)
 }
