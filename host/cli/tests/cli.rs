@@ -965,6 +965,27 @@ fn serve_answers_a_list_while_a_slow_register_and_exec_run_then_finishes_them_at
     assert_eq!(answer(2)["result"]["stdout"], "slept\n", "{}", answer(2));
 }
 
+/// The 17th request waits for a slot: with 16 slow `exec`s in flight, a
+/// `list` is read, and so answered, only after one of them is.
+#[test]
+fn serve_holds_at_most_16_requests_in_flight() {
+    let f = Fixture::new();
+    let mut client = ServeClient::start(&f, &[]);
+    let sleeper = serde_json::json!({
+        "execution": {"callId": "c1", "name": "bash"}, "command": "sleep 1",
+    });
+    for id in 1..=16 {
+        client.send(&rpc(id, "exec", sleeper.clone()));
+    }
+    client.send(&rpc(17, "list", serde_json::json!({})));
+    let answers = client.finish();
+    assert_eq!(answers.len(), 17, "{answers:?}");
+    assert_ne!(
+        answers[0]["id"], 17,
+        "the list waited for a slot: {answers:?}"
+    );
+}
+
 #[test]
 fn serve_never_answers_notifications_and_echoes_every_kind_of_id() {
     let f = Fixture::new();
