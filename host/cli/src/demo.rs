@@ -50,8 +50,9 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
 
     let hooks_path = home_dir.join("hooks.json");
     let log = home_dir.join("hooks.log");
+    // One line, appended in one write: the two agents' hooks run at once.
     let record = format!(
-        "{{ printf '%s ' \"$DSH_SESSION_ID\"; cat; echo; }} >> '{}'",
+        "line=\"$DSH_SESSION_ID $(cat)\"; printf '%s\\n' \"$line\" >> '{}'",
         log.display()
     );
     let hooks_json = json!({"hooks": {

@@ -1,31 +1,38 @@
-//! `dsh-env serve`: newline-delimited JSON-RPC 2.0 on stdin/stdout.
+//! `dsh-env serve`: newline-delimited JSON-RPC 2.0 on stdin/stdout,
+//! protocol version [`PROTOCOL_VERSION`]. `PROTOCOL.md` at the repository
+//! root documents every method, its params, result and errors;
+//! `host/cli/protocol.schema.json` is the JSON Schema of the messages.
 //!
-//! Methods:
-//! - `register {path, config?, on_error?}` → `{name, keys}`
-//! - `dispose {name}` → `{disposed: true}`
-//! - `list` → `[{key, owner, description}]`
-//! - `collect {execution}` → `{overlay, omitted}`
-//! - `exec {execution, command, env?, stdin?, timeout_ms?}` →
-//!   `{exit_code, stdout, stderr, timed_out, truncated}`
-//!
-//! A request is one line of at most [`MAX_LINE_BYTES`]. A line that is not
+//! Requests run concurrently, at most [`MAX_IN_FLIGHT`] at once: past that
+//! the reader waits for a slot, so further requests are read later, never
+//! refused. Each response is written whole, as one line, by one writer task,
+//! and carries its request's id; responses may come out of order.
+//! Notifications (no `id` member) are run but never answered; `"id": null`
+//! is a request like any other, answered with `"id": null`. A batch (an
+//! array) of at most [`MAX_IN_FLIGHT`] requests is answered with one array.
+//! A request is one line of at most [`MAX_LINE_BYTES`]: a line that is not
 //! UTF-8 gets a parse error, a longer one an invalid-request error (both
-//! with id null), and serving goes on.
-//!
-//! `execution` is the reference harness's JSON shape. `exec` is for a
-//! harness, which may pass an ordinary `env` and `stdin`; no `DSH_*` name is
-//! accepted in `env`.
+//! with id null), and serving goes on. At the end of stdin, the requests in
+//! flight are finished and answered, then serving ends.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use dsh_env::{ContributorEntry, HostEnv, Registration, Registry, ToolExecution};
-use dsh_env_harness::{LocalExecutor, ShellExecRequest};
+use dsh_env::{
+    Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
+    supported_contracts,
+};
+use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+/// The version of this protocol, returned by `initialize`: 2 since requests
+/// run concurrently and `initialize` exists.
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
 
 /// JSON-RPC error codes.
 const PARSE_ERROR: i64 = -32700;
@@ -43,26 +50,56 @@ const MAX_LINE_BYTES: usize = 4 << 20;
 /// what the reader holds.
 const LINES_AHEAD: usize = 4;
 
+/// Requests (batch members included) running or waiting to be written at
+/// once. Each may hold its line (up to [`MAX_LINE_BYTES`]) and an `exec`'s
+/// output (up to 1 MiB per stream), and a `register` a compile process.
+const MAX_IN_FLIGHT: usize = 16;
+
+/// A JSON-RPC error, with what it names as `data`.
 struct RpcError {
     code: i64,
     message: String,
+    data: Culprit,
 }
 
 impl RpcError {
-    fn params(err: impl std::fmt::Display) -> Self {
+    fn new(code: i64, message: impl Into<String>) -> Self {
         RpcError {
-            code: INVALID_PARAMS,
-            message: format!("invalid params: {err}"),
+            code,
+            message: message.into(),
+            data: Culprit::default(),
         }
     }
 
+    fn params(err: impl std::fmt::Display) -> Self {
+        Self::new(INVALID_PARAMS, format!("invalid params: {err}"))
+    }
+
     fn app(err: impl std::fmt::Display) -> Self {
-        RpcError {
-            code: APPLICATION_ERROR,
-            message: err.to_string(),
+        Self::new(APPLICATION_ERROR, err.to_string())
+    }
+
+    /// `self`, naming what `err` names.
+    fn naming<'a, E>(mut self, err: &'a E) -> Self
+    where
+        Culprit: From<&'a E>,
+    {
+        self.data = Culprit::from(err);
+        self
+    }
+
+    fn into_response(self, id: Value) -> Value {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if !self.data.is_empty() {
+            error["data"] = json!(self.data);
         }
+        json!({"jsonrpc": "2.0", "id": id, "error": error})
     }
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -91,7 +128,8 @@ struct Server {
     registry: Registry,
     /// What `grants.env` may copy, read once at startup.
     host_env: HostEnv,
-    registrations: HashMap<String, Registration>,
+    /// Held only between awaits, never across one.
+    registrations: Mutex<HashMap<String, Registration>>,
 }
 
 /// One line of stdin, as the reader thread saw it.
@@ -103,6 +141,10 @@ enum Line {
     /// A line over [`MAX_LINE_BYTES`], skipped.
     TooLong,
 }
+
+/// A response line for the writer, with the in-flight slots it frees once
+/// written (so that unwritten responses count as in flight too).
+type Outgoing = (String, OwnedSemaphorePermit);
 
 /// Reads stdin on a plain thread (not tokio's stdin, which would hold a
 /// blocking-pool thread the guests need), line by line as bytes, within
@@ -154,167 +196,295 @@ fn read_line(input: &mut impl std::io::BufRead) -> std::io::Result<Option<Line>>
     }))
 }
 
-/// Serves requests until stdin closes.
-pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std::io::Result<()> {
-    let mut server = Server {
-        registry,
-        host_env: HostEnv::from_process(),
-        registrations: initial
-            .into_iter()
-            .map(|r| (r.name().to_string(), r))
-            .collect(),
-    };
-    let (sender, mut lines) = mpsc::channel(LINES_AHEAD);
-    std::thread::Builder::new()
-        .name("dsh-env-stdin".into())
-        .spawn(move || read_lines(std::io::stdin().lock(), sender))?;
+/// Writes each response as one line, flushed, then frees its slots.
+async fn write_responses(mut responses: mpsc::UnboundedReceiver<Outgoing>) -> std::io::Result<()> {
     let mut stdout = tokio::io::stdout();
-    server.registry.prepare().await;
-    while let Some(line) = lines.recv().await {
-        let response = match line? {
-            Line::Text(line) if line.trim().is_empty() => continue,
-            Line::Text(line) => server.handle_line(&line).await,
-            Line::NotUtf8 => error_response(
-                Value::Null,
-                PARSE_ERROR,
-                "parse error: the request line is not UTF-8",
-            ),
-            Line::TooLong => error_response(
-                Value::Null,
-                INVALID_REQUEST,
-                &format!("invalid request: the line is over the {MAX_LINE_BYTES}-byte limit"),
-            ),
-        };
-        let mut text = response.to_string();
+    while let Some((mut text, permit)) = responses.recv().await {
         text.push('\n');
         stdout.write_all(text.as_bytes()).await?;
         stdout.flush().await?;
-        // The client has its answer: make the next call's instances now.
-        server.registry.prepare().await;
+        drop(permit);
     }
     Ok(())
 }
 
-impl Server {
-    async fn handle_line(&mut self, line: &str) -> Value {
-        let request: Value = match serde_json::from_str(line) {
-            Ok(value) => value,
+/// Serves requests until stdin closes and every request read is answered.
+pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std::io::Result<()> {
+    let server = Arc::new(Server {
+        registry,
+        host_env: HostEnv::from_process(),
+        registrations: Mutex::new(
+            initial
+                .into_iter()
+                .map(|r| (r.name().to_string(), r))
+                .collect(),
+        ),
+    });
+    let (sender, mut lines) = mpsc::channel(LINES_AHEAD);
+    std::thread::Builder::new()
+        .name("dsh-env-stdin".into())
+        .spawn(move || read_lines(std::io::stdin().lock(), sender))?;
+    // Unbounded, but every message holds slots of `slots`: at most
+    // MAX_IN_FLIGHT responses wait here.
+    let (responses, outgoing) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_responses(outgoing));
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    server.registry.prepare().await;
+    let mut read_error = None;
+    while let Some(line) = lines.recv().await {
+        let request = match line {
+            Ok(Line::Text(line)) if line.trim().is_empty() => continue,
+            Ok(Line::Text(line)) => serde_json::from_str::<Value>(&line)
+                .map_err(|err| RpcError::new(PARSE_ERROR, format!("parse error: {err}"))),
+            Ok(Line::NotUtf8) => Err(RpcError::new(
+                PARSE_ERROR,
+                "parse error: the request line is not UTF-8",
+            )),
+            Ok(Line::TooLong) => Err(RpcError::new(
+                INVALID_REQUEST,
+                format!("invalid request: the line is over the {MAX_LINE_BYTES}-byte limit"),
+            )),
             Err(err) => {
-                return error_response(Value::Null, PARSE_ERROR, &format!("parse error: {err}"));
+                read_error = Some(err);
+                break;
             }
         };
-        let id = request.get("id").cloned().unwrap_or(Value::Null);
-        let Some(method) = request.get("method").and_then(Value::as_str) else {
-            return error_response(id, INVALID_REQUEST, "invalid request: no `method`");
+        let members = match &request {
+            Ok(Value::Array(batch)) if !batch.is_empty() && batch.len() <= MAX_IN_FLIGHT => {
+                batch.len()
+            }
+            Ok(Value::Array(batch)) if !batch.is_empty() => {
+                let message = format!(
+                    "invalid request: a batch of {} requests is over the limit of {MAX_IN_FLIGHT}",
+                    batch.len()
+                );
+                answer_now(&slots, &responses, RpcError::new(INVALID_REQUEST, message)).await;
+                continue;
+            }
+            _ => 1,
         };
-        if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return error_response(
-                id,
-                INVALID_REQUEST,
-                "invalid request: `jsonrpc` must be \"2.0\"",
-            );
-        }
-        let params = request.get("params").cloned().unwrap_or(json!({}));
-        match self.dispatch(method, params).await {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(err) => error_response(id, err.code, &err.message),
+        let Ok(permit) = slots.clone().acquire_many_owned(members as u32).await else {
+            break;
+        };
+        let (server, responses) = (Arc::clone(&server), responses.clone());
+        tokio::spawn(async move {
+            let response = match request {
+                Ok(request) => Arc::clone(&server).handle_message(request).await,
+                Err(err) => Some(err.into_response(Value::Null)),
+            };
+            if let Some(response) = response {
+                // The writer is gone only if stdout failed; serve reports that.
+                let _ = responses.send((response.to_string(), permit));
+            }
+            // The client has its answer: make the next call's instances now.
+            server.registry.prepare().await;
+        });
+    }
+    // Every slot back: every request read has been answered.
+    let _all = slots.acquire_many(MAX_IN_FLIGHT as u32).await;
+    drop(responses);
+    writer.await.map_err(std::io::Error::other)??;
+    read_error.map_or(Ok(()), Err)
+}
+
+/// Answers `error` (to no id) in its turn, holding a slot like any response.
+async fn answer_now(
+    slots: &Arc<Semaphore>,
+    responses: &mpsc::UnboundedSender<Outgoing>,
+    error: RpcError,
+) {
+    if let Ok(permit) = slots.clone().acquire_owned().await {
+        let _ = responses.send((error.into_response(Value::Null).to_string(), permit));
+    }
+}
+
+impl Server {
+    /// The answer to one message (a request or a batch), `None` when nothing
+    /// is owed: a notification, or a batch of them.
+    async fn handle_message(self: Arc<Self>, message: Value) -> Option<Value> {
+        match message {
+            Value::Array(batch) if batch.is_empty() => Some(
+                RpcError::new(INVALID_REQUEST, "invalid request: an empty batch")
+                    .into_response(Value::Null),
+            ),
+            Value::Array(batch) => {
+                // Members run concurrently too, each in a slot of its own.
+                let members: Vec<_> = batch
+                    .into_iter()
+                    .map(|request| {
+                        let server = Arc::clone(&self);
+                        tokio::spawn(async move { server.handle_request(request).await })
+                    })
+                    .collect();
+                let mut answers = Vec::new();
+                for member in members {
+                    if let Ok(Some(answer)) = member.await {
+                        answers.push(answer);
+                    }
+                }
+                (!answers.is_empty()).then_some(Value::Array(answers))
+            }
+            request => self.handle_request(request).await,
         }
     }
 
-    async fn dispatch(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+    /// The answer to one request object, `None` for a notification.
+    async fn handle_request(&self, request: Value) -> Option<Value> {
+        let invalid = |message: &str| {
+            Some(
+                RpcError::new(INVALID_REQUEST, format!("invalid request: {message}"))
+                    .into_response(Value::Null),
+            )
+        };
+        let Value::Object(mut request) = request else {
+            return invalid("a request is a JSON object");
+        };
+        // JSON-RPC 2.0: an id is a string, a number or null; without one the
+        // request is a notification, run but never answered.
+        let id = match request.remove("id") {
+            None => None,
+            Some(id @ (Value::Null | Value::String(_) | Value::Number(_))) => Some(id),
+            Some(_) => return invalid("`id` must be a string, a number or null"),
+        };
+        if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return invalid("`jsonrpc` must be \"2.0\"");
+        }
+        let Some(Value::String(method)) = request.remove("method") else {
+            return invalid("`method` must be a string");
+        };
+        let outcome = match request.remove("params") {
+            None => self.dispatch(&method, json!({})).await,
+            Some(params @ Value::Object(_)) => self.dispatch(&method, params).await,
+            Some(Value::Array(_)) => Err(RpcError::params(
+                "params must be an object (by name), not an array",
+            )),
+            Some(_) => return invalid("`params` must be an object"),
+        };
+        let id = id?;
+        Some(match outcome {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err(err) => err.into_response(id),
+        })
+    }
+
+    async fn dispatch(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
-            "register" => {
-                // The same fields as a manifest's `[[contributor]]`, with
-                // paths relative to the server's working directory.
-                let params: ContributorEntry =
-                    serde_json::from_value(params).map_err(RpcError::params)?;
-                let spec = params
-                    .to_spec(Path::new(""), &self.host_env)
-                    .map_err(RpcError::params)?;
-                let registration = self
-                    .registry
-                    .register_spec(&spec)
-                    .await
-                    .map_err(RpcError::app)?;
-                let name = registration.name().to_string();
-                self.registrations.insert(name.clone(), registration);
-                let keys: Vec<_> = self
-                    .registry
-                    .list()
-                    .into_iter()
-                    .filter(|row| row.owner == name)
-                    .map(|row| row.key)
-                    .collect();
-                Ok(json!({"name": name, "keys": keys}))
+            "initialize" => {
+                let NoParams {} = serde_json::from_value(params).map_err(RpcError::params)?;
+                Ok(json!({
+                    "protocol_version": PROTOCOL_VERSION,
+                    "contracts": supported_contracts(),
+                    "server": {"name": "dsh-env", "version": env!("CARGO_PKG_VERSION")},
+                }))
             }
+            "register" => self.register(params).await,
             "dispose" => {
                 let params: DisposeParams =
                     serde_json::from_value(params).map_err(RpcError::params)?;
-                match self.registrations.remove(&params.name) {
+                let removed = self.registrations().remove(&params.name);
+                match removed {
                     Some(registration) => {
                         registration.dispose();
                         Ok(json!({"disposed": true}))
                     }
-                    None => Err(RpcError::app(format!(
-                        "no contributor `{}` is registered",
-                        params.name
-                    ))),
+                    None => {
+                        let mut err = RpcError::app(format!(
+                            "no contributor `{}` is registered",
+                            params.name.escape_debug()
+                        ));
+                        err.data.contributor = Some(params.name);
+                        Err(err)
+                    }
                 }
             }
-            "list" => Ok(json!(self.registry.list())),
+            "list" => {
+                let NoParams {} = serde_json::from_value(params).map_err(RpcError::params)?;
+                Ok(json!(self.registry.list()))
+            }
             "collect" => {
                 let params: CollectParams =
                     serde_json::from_value(params).map_err(RpcError::params)?;
-                let execution = parse_execution(&params.execution)?;
-                let collection = self
-                    .registry
-                    .collect_report(&execution)
-                    .await
-                    .map_err(RpcError::app)?;
+                let (_, collection) = self.collect(&params.execution).await?;
                 let omitted: Vec<String> =
                     collection.omitted.iter().map(ToString::to_string).collect();
                 Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
             }
-            "exec" => {
-                let params: ExecParams =
-                    serde_json::from_value(params).map_err(RpcError::params)?;
-                let execution = parse_execution(&params.execution)?;
-                let overlay = self
-                    .registry
-                    .collect(&execution)
-                    .await
-                    .map_err(RpcError::app)?;
-                let workdir = match &execution.agent {
-                    Some(agent) => PathBuf::from(&agent.cwd),
-                    None => std::env::current_dir().map_err(RpcError::app)?,
-                };
-                let mut request = ShellExecRequest::new(params.command, workdir, overlay);
-                request.env = params.env;
-                request.stdin = params.stdin.map(String::into_bytes);
-                if let Some(ms) = params.timeout_ms {
-                    request.timeout = Duration::from_millis(ms);
-                }
-                let output = LocalExecutor.run(request).await.map_err(RpcError::app)?;
-                Ok(json!({
-                    "exit_code": output.exit_code,
-                    "stdout": String::from_utf8_lossy(&output.stdout),
-                    "stderr": String::from_utf8_lossy(&output.stderr),
-                    "timed_out": output.timed_out,
-                    "truncated": output.truncated,
-                }))
-            }
-            other => Err(RpcError {
-                code: METHOD_NOT_FOUND,
-                message: format!("method not found: `{other}`"),
-            }),
+            "exec" => self.exec(params).await,
+            other => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("method not found: `{}`", other.escape_debug()),
+            )),
         }
     }
-}
 
-fn parse_execution(value: &Value) -> Result<ToolExecution, RpcError> {
-    ToolExecution::from_json(&value.to_string()).map_err(RpcError::params)
-}
+    /// `register`: the same fields as a manifest's `[[contributor]]`, with
+    /// paths relative to the server's working directory.
+    async fn register(&self, params: Value) -> Result<Value, RpcError> {
+        let params: ContributorEntry = serde_json::from_value(params).map_err(RpcError::params)?;
+        let spec = params
+            .to_spec(Path::new(""), &self.host_env)
+            .map_err(|err| RpcError::params(&err).naming(&err))?;
+        let registration = self
+            .registry
+            .register_spec(&spec)
+            .await
+            .map_err(|err| RpcError::app(&err).naming(&err))?;
+        let name = registration.name().to_string();
+        let keys: Vec<_> = self
+            .registry
+            .list()
+            .into_iter()
+            .filter(|row| row.owner == name)
+            .map(|row| row.key)
+            .collect();
+        self.registrations().insert(name.clone(), registration);
+        Ok(json!({"name": name, "keys": keys}))
+    }
 
-fn error_response(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+    /// `exec`: the overlay for the execution, then the command with it.
+    async fn exec(&self, params: Value) -> Result<Value, RpcError> {
+        let params: ExecParams = serde_json::from_value(params).map_err(RpcError::params)?;
+        let (execution, Collection { overlay, .. }) = self.collect(&params.execution).await?;
+        let workdir = match &execution.agent {
+            Some(agent) => PathBuf::from(&agent.cwd),
+            None => std::env::current_dir().map_err(RpcError::app)?,
+        };
+        let mut request = ShellExecRequest::new(params.command, workdir, overlay);
+        request.env = params.env;
+        request.stdin = params.stdin.map(String::into_bytes);
+        if let Some(ms) = params.timeout_ms {
+            request.timeout = Duration::from_millis(ms);
+        }
+        let output = LocalExecutor.run(request).await.map_err(|err| match &err {
+            ExecError::Env(env) => RpcError::app(&err).naming(env),
+            _ => RpcError::app(&err),
+        })?;
+        Ok(json!({
+            "exit_code": output.exit_code,
+            "stdout": String::from_utf8_lossy(&output.stdout),
+            "stderr": String::from_utf8_lossy(&output.stderr),
+            "timed_out": output.timed_out,
+            "truncated": output.truncated,
+        }))
+    }
+
+    /// The execution in `execution` (the reference harness's JSON), and its
+    /// overlay.
+    async fn collect(&self, execution: &Value) -> Result<(ToolExecution, Collection), RpcError> {
+        let execution =
+            ToolExecution::from_json(&execution.to_string()).map_err(RpcError::params)?;
+        let collection = self
+            .registry
+            .collect_report(&execution)
+            .await
+            .map_err(|err| RpcError::app(&err).naming(&err))?;
+        Ok((execution, collection))
+    }
+
+    fn registrations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registration>> {
+        // A panic elsewhere cannot leave the map half-changed: use it as is.
+        self.registrations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }

@@ -746,52 +746,128 @@ fn serve_answers_bad_lines_and_keeps_serving() {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert_eq!(answers.len(), 5, "{answers:?}");
-    assert_eq!(answers[0]["id"], serde_json::Value::Null);
-    assert_eq!(answers[0]["error"]["code"], -32700);
+    // Responses may come out of order: find each by its id, or its message.
+    let unnamed: Vec<&serde_json::Value> = answers.iter().filter(|a| a["id"].is_null()).collect();
+    let message =
+        |answer: &serde_json::Value| answer["error"]["message"].as_str().unwrap().to_string();
+    let answer = |id: u64| answers.iter().find(|a| a["id"] == id).unwrap();
+    assert_eq!(unnamed.len(), 2, "{answers:?}");
+    let not_utf8 = unnamed
+        .iter()
+        .find(|a| message(a).contains("not UTF-8"))
+        .unwrap();
+    assert_eq!(not_utf8["error"]["code"], -32700);
     assert!(
-        answers[0]["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not UTF-8")
+        unnamed
+            .iter()
+            .any(|a| message(a).contains("over the 4194304-byte limit")),
+        "{unnamed:?}"
     );
-    assert_eq!(answers[1]["id"], serde_json::Value::Null);
-    assert!(
-        answers[1]["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("over the 4194304-byte limit"),
-        "{}",
-        answers[1]
-    );
-    assert_eq!(answers[2]["id"], 1);
-    assert!(answers[2]["result"].as_array().unwrap().len() >= 3);
-    assert_eq!(answers[3]["id"], 2);
-    let refused = answers[3]["error"]["message"].as_str().unwrap();
+    assert!(answer(1)["result"].as_array().unwrap().len() >= 3);
+    let refused = message(answer(2));
     assert!(
         refused.contains("is a FIFO") && refused.contains(fifo.to_str().unwrap()),
         "{refused}"
     );
-    assert_eq!(answers[4]["id"], 3);
-    assert!(answers[4]["result"].is_array());
+    assert!(answer(3)["result"].is_array());
 }
 
-/// `dsh-env serve` with `requests`, one JSON-RPC request per line; its answers.
+/// A running `dsh-env serve`, spoken to line by line; killed if dropped.
+struct ServeClient {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ServeClient {
+    fn start(f: &Fixture, env: &[(&str, &str)]) -> Self {
+        let mut child = f
+            .command(&["serve", "--home", &f.home()], env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ServeClient {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    /// Writes one line.
+    fn send(&mut self, message: &serde_json::Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next line the server writes, as JSON; `None` at its end.
+    fn next(&self) -> Option<serde_json::Value> {
+        match self.lines.recv_timeout(BOUND) {
+            Ok(line) => Some(serde_json::from_str(&line).unwrap()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("no answer within {BOUND:?}")
+            }
+        }
+    }
+
+    /// Sends request `id` and waits for its answer, which must be the next line.
+    fn call(&mut self, id: u64, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        let answer = self.next().expect("an answer");
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+
+    /// Closes stdin; the lines written after that, once the server has exited 0.
+    fn finish(mut self) -> Vec<serde_json::Value> {
+        drop(self.stdin.take());
+        let rest: Vec<_> = std::iter::from_fn(|| self.next()).collect();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}");
+        rest
+    }
+}
+
+impl Drop for ServeClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `dsh-env serve` with `requests`, each sent once the one before is
+/// answered; their answers.
 fn serve_answers(
     f: &Fixture,
     env: &[(&str, &str)],
     requests: &[serde_json::Value],
 ) -> Vec<serde_json::Value> {
-    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let output = output_within(
-        f.command(&["serve", "--home", &f.home()], env),
-        Stdio::null(),
-        Some(input.into_bytes()),
-    );
-    assert!(output.status.success(), "{}", stderr(&output));
-    stdout(&output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    let mut client = ServeClient::start(f, env);
+    let answers = requests
+        .iter()
+        .map(|request| {
+            client.send(request);
+            client.next().expect("an answer")
+        })
+        .collect();
+    assert_eq!(client.finish(), Vec::<serde_json::Value>::new());
+    answers
 }
 
 #[test]
@@ -854,6 +930,170 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
         "{}",
         answers[3]
     );
+}
+
+/// One JSON-RPC request.
+fn rpc(
+    id: impl Into<serde_json::Value>,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params})
+}
+
+#[test]
+fn serve_answers_a_list_while_a_slow_register_and_exec_run_then_finishes_them_at_eof() {
+    let f = Fixture::new();
+    let mut client = ServeClient::start(&f, &[]);
+    let slow_declare = serde_json::json!({
+        "path": PUPPET,
+        "config": {"name": "slow", "keys": "DSH_SLOW=slow", "declare": "sleep:1500"},
+    });
+    client.send(&rpc(1, "register", slow_declare));
+    let sleeper = serde_json::json!({
+        "execution": {"callId": "c1", "name": "bash"}, "command": "sleep 2; echo slept",
+    });
+    client.send(&rpc(2, "exec", sleeper));
+    client.send(&rpc(3, "list", serde_json::json!({})));
+    // End of input with two requests still running: both are answered.
+    let answers = client.finish();
+    let ids: Vec<_> = answers.iter().map(|a| a["id"].clone()).collect();
+    assert_eq!(ids.len(), 3, "{answers:?}");
+    assert_eq!(ids[0], 3, "the list waits for nothing: {answers:?}");
+    let answer = |id: u64| answers.iter().find(|a| a["id"] == id).unwrap();
+    assert_eq!(answer(1)["result"]["name"], "slow", "{}", answer(1));
+    assert_eq!(answer(2)["result"]["stdout"], "slept\n", "{}", answer(2));
+}
+
+/// The 17th request waits for a slot: with 16 slow `exec`s in flight, a
+/// `list` is read, and so answered, only after one of them is.
+#[test]
+fn serve_holds_at_most_16_requests_in_flight() {
+    let f = Fixture::new();
+    let mut client = ServeClient::start(&f, &[]);
+    let sleeper = serde_json::json!({
+        "execution": {"callId": "c1", "name": "bash"}, "command": "sleep 1",
+    });
+    for id in 1..=16 {
+        client.send(&rpc(id, "exec", sleeper.clone()));
+    }
+    client.send(&rpc(17, "list", serde_json::json!({})));
+    let answers = client.finish();
+    assert_eq!(answers.len(), 17, "{answers:?}");
+    assert_ne!(
+        answers[0]["id"], 17,
+        "the list waited for a slot: {answers:?}"
+    );
+}
+
+#[test]
+fn serve_never_answers_notifications_and_echoes_every_kind_of_id() {
+    let f = Fixture::new();
+    let mut client = ServeClient::start(&f, &[]);
+    // Notifications: a good one, an unknown method, bad params. No answer.
+    client.send(&serde_json::json!({"jsonrpc": "2.0", "method": "list"}));
+    client.send(&serde_json::json!({"jsonrpc": "2.0", "method": "nope"}));
+    client.send(&serde_json::json!({"jsonrpc": "2.0", "method": "collect", "params": {}}));
+    // Each request is answered before the next is sent, so nothing above
+    // can have been answered later than this.
+    assert_eq!(client.call(1, "list", serde_json::json!({}))["id"], 1);
+    for id in [
+        serde_json::json!("text-id"),
+        serde_json::json!(-7),
+        serde_json::Value::Null,
+    ] {
+        client.send(&rpc(id.clone(), "list", serde_json::json!({})));
+        let answer = client.next().unwrap();
+        assert_eq!(answer["id"], id, "{answer}");
+        assert!(answer["result"].is_array(), "{answer}");
+    }
+    // An id that is neither a string, a number nor null is no request.
+    client.send(&rpc(
+        serde_json::json!({"a": 1}),
+        "list",
+        serde_json::json!({}),
+    ));
+    let answer = client.next().unwrap();
+    assert_eq!(answer["id"], serde_json::Value::Null);
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    // A batch: one array, with no answer for its notification.
+    client.send(&serde_json::json!([
+        rpc(2, "list", serde_json::json!({})),
+        {"jsonrpc": "2.0", "method": "list"},
+        rpc(3, "nope", serde_json::json!({})),
+    ]));
+    let batch = client.next().unwrap();
+    let batch = batch.as_array().unwrap();
+    assert_eq!(batch.len(), 2, "{batch:?}");
+    assert_eq!(batch[0]["id"], 2);
+    assert_eq!(batch[1]["error"]["code"], -32601);
+    assert_eq!(client.finish(), Vec::<serde_json::Value>::new());
+}
+
+#[test]
+fn serve_initialize_gives_the_protocol_contract_and_server_versions() {
+    let f = Fixture::new();
+    let answers = serve_answers(&f, &[], &[rpc(1, "initialize", serde_json::json!({}))]);
+    let result = &answers[0]["result"];
+    assert_eq!(result["protocol_version"], 2, "{result}");
+    assert_eq!(result["server"]["name"], "dsh-env");
+    assert_eq!(result["server"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        result["contracts"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!({"version": "0.1.0", "accepts": "0.1.x"})),
+        "{result}"
+    );
+}
+
+#[test]
+fn serve_errors_name_the_contributor_key_file_and_limit() {
+    let f = Fixture::new();
+    let execution = serde_json::json!({"callId": "c1", "name": "bash"});
+    let answers = serve_answers(
+        &f,
+        &[],
+        &[
+            rpc(
+                1,
+                "register",
+                serde_json::json!({
+                    "path": PUPPET,
+                    "config": {"name": "liar", "keys": "DSH_DECLARED=d", "pairs": "DSH_OTHER=x"},
+                }),
+            ),
+            rpc(2, "collect", serde_json::json!({"execution": execution})),
+            rpc(3, "register", serde_json::json!({"path": "/no/such.wasm"})),
+            rpc(
+                4,
+                "register",
+                serde_json::json!({"path": PUPPET, "limits": {"fuel": 0}}),
+            ),
+            rpc(5, "dispose", serde_json::json!({"name": "liar"})),
+            rpc(
+                6,
+                "exec",
+                serde_json::json!({
+                    "execution": execution, "command": "true", "env": {"DSH_FORGED": "1"},
+                }),
+            ),
+        ],
+    );
+    assert!(answers[0]["result"].is_object(), "{}", answers[0]);
+    let data = |answer: &serde_json::Value| answer["error"]["data"].clone();
+    assert_eq!(
+        data(&answers[1]),
+        serde_json::json!({"contributor": "liar", "key": "DSH_OTHER"})
+    );
+    assert_eq!(
+        data(&answers[2]),
+        serde_json::json!({"file": "/no/such.wasm"})
+    );
+    assert_eq!(answers[3]["error"]["code"], -32602);
+    assert_eq!(data(&answers[3]), serde_json::json!({"limit": "fuel"}));
+    assert_eq!(answers[4]["result"]["disposed"], true);
+    assert_eq!(data(&answers[5]), serde_json::json!({"key": "DSH_FORGED"}));
 }
 
 #[test]

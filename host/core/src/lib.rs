@@ -15,6 +15,7 @@
 pub mod atomic_file;
 pub mod cache;
 pub mod compile;
+pub mod culprit;
 pub mod declaration;
 pub mod engine;
 pub mod environment;
@@ -33,6 +34,7 @@ pub mod signature;
 pub mod spec;
 
 pub use cache::ArtifactCache;
+pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
@@ -48,7 +50,9 @@ pub use registry::{
     NativeContributor, Registration, Registry, RegistryError,
 };
 pub use runtime::{Allocator, Runtime, RuntimeError};
-pub use sandbox::{ContributorComponent, GuestFailure, LoadError, Phase};
+pub use sandbox::{
+    ContractVersion, ContributorComponent, GuestFailure, LoadError, Phase, supported_contracts,
+};
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
     ContributorEntry, ContributorSource, ContributorSpec, Grants, HostEnv, OnError, SpecError,

@@ -11,7 +11,7 @@ use std::future::Future;
 use serde_json::{Value, json};
 
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecutor};
-use crate::hooks::{HookEvent, HookRun, Hooks};
+use crate::hooks::{HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
 use crate::session::{Event, Session, SessionError, SessionStore};
 use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
 use dsh_env::execution::{Mode, ToolExecution};
@@ -158,6 +158,13 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             source: source.into(),
         };
         let runs = self.hooks.run(&event, &self.session).await;
+        // What the hooks want the model to know: the session's first message.
+        for text in HookVerdict::of(&runs).additional_context {
+            self.session.events.push(Event::Message {
+                role: "system".into(),
+                text,
+            });
+        }
         self.hook_log.extend(runs);
     }
 
@@ -221,23 +228,29 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             tool_input: call.arguments.clone(),
         };
         let mut hooks = self.hooks.run(&pre, &self.session).await;
-        let blocked = hooks
-            .iter()
-            .find(|run| run.blocked)
-            .map(|run| run.stderr.clone());
-        let was_blocked = blocked.is_some();
-        let (output, is_error) = match blocked {
-            Some(reason) => (reason, true),
-            None if call.name != BASH_TOOL_NAME => (format!("unknown tool `{}`", call.name), true),
-            None => self.run_bash(&call_id, &call.arguments).await,
+        let verdict = HookVerdict::of(&hooks);
+        let (mut output, is_error) = if verdict.blocks() {
+            (blocked_text(&verdict), true)
+        } else if call.name != BASH_TOOL_NAME {
+            (format!("unknown tool `{}`", call.name), true)
+        } else {
+            self.run_bash(&call_id, &call.arguments).await
         };
-        if !was_blocked {
+        if !verdict.blocks() {
             let post = HookEvent::PostToolUse {
                 tool_name: HOOK_TOOL_NAME.into(),
                 tool_input: call.arguments.clone(),
                 tool_response: json!({"output": output, "is_error": is_error}),
             };
-            hooks.extend(self.hooks.run(&post, &self.session).await);
+            let post_runs = self.hooks.run(&post, &self.session).await;
+            // The tool has run: a PostToolUse block is feedback for the model.
+            let post_verdict = HookVerdict::of(&post_runs);
+            add_context(&mut output, &verdict.additional_context);
+            if post_verdict.decision == Some(HookDecision::Deny) {
+                add_context(&mut output, &post_verdict.reasons);
+            }
+            add_context(&mut output, &post_verdict.additional_context);
+            hooks.extend(post_runs);
         }
         self.hook_log.extend(hooks.iter().cloned());
         self.session.events.push(Event::ToolResult {
@@ -279,5 +292,35 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             }
             Err(err) => (err.to_string(), true),
         }
+    }
+}
+
+/// What the model sees for a call the `PreToolUse` hooks kept from running:
+/// their reasons, one a line.
+fn blocked_text(verdict: &HookVerdict) -> String {
+    let mut text: String = verdict
+        .reasons
+        .iter()
+        .map(|reason| format!("{}\n", reason.trim_end()))
+        .collect();
+    if text.trim().is_empty() {
+        text = match verdict.decision {
+            Some(HookDecision::Ask) => {
+                "a PreToolUse hook asked for confirmation, and no one can give it here\n"
+            }
+            _ => "blocked by a PreToolUse hook\n",
+        }
+        .to_string();
+    }
+    text
+}
+
+/// Appends hook text for the model to a tool result, one `[hook]` line each.
+fn add_context(output: &mut String, texts: &[String]) {
+    for text in texts {
+        if !output.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&format!("[hook] {}\n", text.trim_end()));
     }
 }

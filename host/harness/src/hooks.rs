@@ -1,21 +1,43 @@
 //! Hook bridges: hook commands configured in the Claude Code or Codex
 //! `hooks.json` format, run through an executor (the local one unless
-//! [`Hooks::with_executor`] says otherwise) with the managed overlay, with
-//! the event's JSON payload on stdin.
+//! [`Hooks::with_executor`] says otherwise) with the managed overlay,
+//! `CLAUDE_PROJECT_DIR` set to the agent's cwd, and the event's JSON payload
+//! on stdin.
 //!
 //! ```json
 //! {"hooks": {"PreToolUse": [{"matcher": "Bash",
 //!   "hooks": [{"type": "command", "command": "./check.sh", "timeout": 10}]}]}}
 //! ```
 //!
-//! A `PreToolUse` hook that exits 2 blocks the call; its stderr becomes the
-//! tool result the model sees. A hook that times out or crashes is reported
-//! and never blocks or hangs the loop.
+//! As both tools document:
+//! - a matcher that is absent, `""` or `*` matches every tool (or start
+//!   source); one made only of letters, digits, `_` and `|` is a list of
+//!   exact names; any other is a regular expression searched in the name
+//!   (`Edit|Write`, `Notebook.*`, `mcp__.*`);
+//! - the matching hooks of an event run concurrently (at most
+//!   [`MAX_CONCURRENT_HOOKS`] at once; an identical command once), each
+//!   bounded by its `timeout` (seconds; [`DEFAULT_HOOK_TIMEOUT`]) and
+//!   [`HOOK_OUTPUT_CAP`] bytes per stream;
+//! - exit 2 blocks (`PreToolUse`) or sends feedback (`PostToolUse`), with
+//!   stderr as the reason; any other non-zero exit, a timeout or a crash is
+//!   a warning and blocks nothing;
+//! - on exit 0, JSON stdout is read: `decision: "block"` with `reason`,
+//!   `hookSpecificOutput.permissionDecision` (`"allow"`, `"ask"`, `"deny"`)
+//!   with `permissionDecisionReason`, and `additionalContext` (in
+//!   `hookSpecificOutput`); a `SessionStart` hook's plain stdout is context.
+//!
+//! When concurrent hooks disagree, deny wins over ask, and ask over allow
+//! ([`HookVerdict`]); the reasons of every hook that gave the winning
+//! decision are kept. Only `command` hooks exist here: any other type, and
+//! the `if` field (Claude Code's permission-rule filter), are refused when
+//! the file is read, naming them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use futures::StreamExt;
+use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -97,9 +119,49 @@ struct MatcherGroup {
 struct HookCommand {
     #[serde(rename = "type")]
     kind: String,
+    #[serde(default)]
     command: String,
     /// Seconds.
     timeout: Option<u64>,
+    /// Claude Code's permission-rule filter (`"Bash(rm *)"`): refused, as
+    /// running the hook for every call would be wrong.
+    #[serde(rename = "if")]
+    condition: Option<Value>,
+}
+
+/// A matcher, compiled once.
+#[derive(Debug, Clone)]
+enum Matcher {
+    /// Absent, `""` or `*`.
+    All,
+    /// Letters, digits, `_` and `|` only: exact names.
+    Names(Vec<String>),
+    /// Anything else: a regular expression, searched in the name.
+    Pattern(Regex),
+}
+
+impl Matcher {
+    fn new(matcher: Option<&str>) -> Result<Self, regex::Error> {
+        let matcher = matcher.map(str::trim).unwrap_or_default();
+        if matcher.is_empty() || matcher == "*" {
+            return Ok(Matcher::All);
+        }
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '|';
+        if matcher.chars().all(plain) {
+            return Ok(Matcher::Names(
+                matcher.split('|').map(str::to_string).collect(),
+            ));
+        }
+        Regex::new(matcher).map(Matcher::Pattern)
+    }
+
+    fn matches(&self, subject: &str) -> bool {
+        match self {
+            Matcher::All => true,
+            Matcher::Names(names) => names.iter().any(|name| name == subject),
+            Matcher::Pattern(regex) => regex.is_match(subject),
+        }
+    }
 }
 
 /// Why a hooks file could not be used.
@@ -110,6 +172,21 @@ pub struct HooksError {
     pub path: String,
     /// What is wrong.
     pub message: String,
+}
+
+/// What a hook decided about a tool call. The order is the precedence
+/// when concurrent hooks disagree: deny over ask over allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HookDecision {
+    /// `permissionDecision: "allow"` (or the older `decision: "approve"`).
+    Allow,
+    /// `permissionDecision: "ask"`: a user should confirm. The agent loop
+    /// has no one to ask, so it does not run the call.
+    Ask,
+    /// Exit 2, `permissionDecision: "deny"` or `decision: "block"`: on
+    /// `PreToolUse` the call does not run; on `PostToolUse` the reason is
+    /// fed back with the tool's result.
+    Deny,
 }
 
 /// What one hook command did.
@@ -127,21 +204,69 @@ pub struct HookRun {
     pub stderr: String,
     /// Whether it ran past its timeout.
     pub timed_out: bool,
-    /// Whether it blocked the tool call (PreToolUse, exit 2).
-    pub blocked: bool,
+    /// Its decision, from exit 2 or its JSON output.
+    pub decision: Option<HookDecision>,
+    /// Why: stderr on exit 2, or the JSON's reason.
+    pub reason: Option<String>,
+    /// Context for the model: `additionalContext`, or a `SessionStart`
+    /// hook's plain stdout.
+    pub additional_context: Option<String>,
+}
+
+/// What the hooks of one event decided together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookVerdict {
+    /// The strongest decision any hook gave (deny over ask over allow).
+    pub decision: Option<HookDecision>,
+    /// The reasons of the hooks that gave that decision, in hooks.json order.
+    pub reasons: Vec<String>,
+    /// Every hook's additional context, in hooks.json order.
+    pub additional_context: Vec<String>,
+}
+
+impl HookVerdict {
+    /// Combines the runs of one event.
+    pub fn of(runs: &[HookRun]) -> Self {
+        let decision = runs.iter().filter_map(|run| run.decision).max();
+        HookVerdict {
+            decision,
+            reasons: runs
+                .iter()
+                .filter(|run| decision.is_some() && run.decision == decision)
+                .filter_map(|run| run.reason.clone())
+                .collect(),
+            additional_context: runs
+                .iter()
+                .filter_map(|run| run.additional_context.clone())
+                .collect(),
+        }
+    }
+
+    /// Whether a `PreToolUse` verdict keeps the call from running: deny,
+    /// or ask (there is no one to ask).
+    pub fn blocks(&self) -> bool {
+        matches!(self.decision, Some(HookDecision::Deny | HookDecision::Ask))
+    }
 }
 
 /// Configured hooks of one dialect, and how to run them: with `E`.
 #[derive(Clone)]
 pub struct Hooks<E = LocalExecutor> {
     dialect: HookDialect,
-    file: HooksFile,
+    /// Per event: each matcher group's matcher and commands, in file order.
+    groups: BTreeMap<String, Vec<(Matcher, Vec<HookCommand>)>>,
     registry: Registry,
     executor: E,
 }
 
 /// The default timeout of a hook without one (Claude Code's default).
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Bytes kept of each hook's stdout and of its stderr; the rest is cut.
+pub const HOOK_OUTPUT_CAP: usize = 64 << 10;
+
+/// Hooks of one event running at once; further matching hooks wait.
+pub const MAX_CONCURRENT_HOOKS: usize = 16;
 
 impl Hooks {
     /// Parses a hooks.json document; its hooks run on this machine.
@@ -156,19 +281,38 @@ impl Hooks {
             message,
         };
         let file: HooksFile = serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
-        for (event, groups) in &file.hooks {
-            for hook in groups.iter().flat_map(|g| &g.hooks) {
-                if hook.kind != "command" {
-                    return Err(error(format!(
-                        "{event}: hook type `{}` is not supported (only `command`)",
-                        hook.kind
-                    )));
+        let mut groups = BTreeMap::new();
+        for (event, event_groups) in file.hooks {
+            let mut compiled = Vec::with_capacity(event_groups.len());
+            for group in event_groups {
+                for hook in &group.hooks {
+                    if hook.kind != "command" {
+                        return Err(error(format!(
+                            "{event}: hook type `{}` is not supported (only `command`)",
+                            hook.kind.escape_debug()
+                        )));
+                    }
+                    if hook.command.trim().is_empty() {
+                        return Err(error(format!("{event}: a command hook has no `command`")));
+                    }
+                    if hook.condition.is_some() {
+                        return Err(error(format!(
+                            "{event}: the `if` field of hook `{}` is not supported; \
+                             filter in the hook's command instead",
+                            hook.command.escape_debug()
+                        )));
+                    }
                 }
+                let matcher = Matcher::new(group.matcher.as_deref()).map_err(|e| {
+                    error(format!("{event}: matcher is not a regular expression: {e}"))
+                })?;
+                compiled.push((matcher, group.hooks));
             }
+            groups.insert(event, compiled);
         }
         Ok(Hooks {
             dialect,
-            file,
+            groups,
             registry,
             executor: LocalExecutor,
         })
@@ -193,9 +337,7 @@ impl Hooks {
     pub fn none(registry: Registry) -> Self {
         Hooks {
             dialect: HookDialect::ClaudeCode,
-            file: HooksFile {
-                hooks: BTreeMap::new(),
-            },
+            groups: BTreeMap::new(),
             registry,
             executor: LocalExecutor,
         }
@@ -207,7 +349,7 @@ impl<E: ShellExecutor> Hooks<E> {
     pub fn with_executor<F: ShellExecutor>(self, executor: F) -> Hooks<F> {
         Hooks {
             dialect: self.dialect,
-            file: self.file,
+            groups: self.groups,
             registry: self.registry,
             executor,
         }
@@ -250,23 +392,31 @@ impl<E: ShellExecutor> Hooks<E> {
         payload
     }
 
-    /// Runs every hook matching `event`, one after another, each with the
-    /// overlay of a `hook` execution made by the session's agent.
+    /// Runs every hook matching `event`, concurrently (an identical command
+    /// once), each with the overlay of a `hook` execution made by the
+    /// session's agent; their runs in hooks.json order. Combine them with
+    /// [`HookVerdict::of`].
     pub async fn run(&self, event: &HookEvent, session: &Session) -> Vec<HookRun> {
-        let commands: Vec<&HookCommand> = self
-            .file
-            .hooks
-            .get(event.name())
-            .into_iter()
-            .flatten()
-            .filter(|group| matches(group.matcher.as_deref(), event.subject()))
-            .flat_map(|group| &group.hooks)
-            .collect();
-        let mut runs = Vec::with_capacity(commands.len());
-        for (index, hook) in commands.into_iter().enumerate() {
-            runs.push(self.run_one(event, session, hook, index).await);
+        let mut commands: Vec<&HookCommand> = Vec::new();
+        let groups = self.groups.get(event.name()).into_iter().flatten();
+        for (_, hooks) in groups.filter(|(matcher, _)| matcher.matches(event.subject())) {
+            for hook in hooks {
+                if !commands.iter().any(|seen| seen.command == hook.command) {
+                    commands.push(hook);
+                }
+            }
         }
-        runs
+        // Collected first: a stream over a borrowing closure would not be
+        // `Send` for callers that spawn this (a higher-ranked lifetime limit).
+        let runs: Vec<_> = commands
+            .into_iter()
+            .enumerate()
+            .map(|(index, hook)| self.run_one(event, session, hook, index))
+            .collect();
+        futures::stream::iter(runs)
+            .buffered(MAX_CONCURRENT_HOOKS)
+            .collect()
+            .await
     }
 
     async fn run_one(
@@ -283,7 +433,9 @@ impl<E: ShellExecutor> Hooks<E> {
             stdout: String::new(),
             stderr: String::new(),
             timed_out: false,
-            blocked: false,
+            decision: None,
+            reason: None,
+            additional_context: None,
         };
         let execution = ToolExecution::new(format!("hook-{}-{index}", event.name()), "hook")
             .with_agent(session.agent());
@@ -296,6 +448,10 @@ impl<E: ShellExecutor> Hooks<E> {
         };
         let mut request = ShellExecRequest::new(hook.command.clone(), &session.header.cwd, overlay);
         request.stdin = Some(self.payload(event, session).to_string().into_bytes());
+        request
+            .env
+            .insert("CLAUDE_PROJECT_DIR".to_string(), session.header.cwd.clone());
+        request.output_cap = HOOK_OUTPUT_CAP;
         request.timeout = hook
             .timeout
             .map_or(DEFAULT_HOOK_TIMEOUT, Duration::from_secs);
@@ -305,44 +461,94 @@ impl<E: ShellExecutor> Hooks<E> {
                 run.stdout = String::from_utf8_lossy(&output.stdout).into_owned();
                 run.stderr = String::from_utf8_lossy(&output.stderr).into_owned();
                 run.timed_out = output.timed_out;
-                run.blocked =
-                    matches!(event, HookEvent::PreToolUse { .. }) && output.exit_code == Some(2);
+                decide(event, &mut run);
             }
             Err(err) => run.stderr = format!("hook could not run: {err}"),
         }
-        if run.timed_out || run.exit_code.is_none_or(|code| code != 0 && !run.blocked) {
+        let failed = run.timed_out || run.exit_code.is_none_or(|code| code != 0 && code != 2);
+        if failed {
             tracing::warn!(
                 "{} hook `{}` failed (exit {:?}, timed out: {}): {}",
                 run.event,
-                run.command,
+                run.command.escape_debug(),
                 run.exit_code,
                 run.timed_out,
-                run.stderr.trim()
+                run.stderr.trim().escape_debug()
             );
         }
         run
     }
 }
 
-/// Claude Code matchers: absent, empty or `*` match everything; otherwise
-/// `A|B` alternatives, each matched exactly.
-fn matches(matcher: Option<&str>, subject: &str) -> bool {
-    match matcher.map(str::trim) {
-        None | Some("") | Some("*") => true,
-        Some(alternatives) => alternatives.split('|').any(|a| a.trim() == subject),
+/// Reads a finished hook's decision, reason and context from its exit code
+/// and output, as Claude Code and Codex document them.
+fn decide(event: &HookEvent, run: &mut HookRun) {
+    let tool_event = matches!(
+        event,
+        HookEvent::PreToolUse { .. } | HookEvent::PostToolUse { .. }
+    );
+    match run.exit_code {
+        Some(2) if tool_event => {
+            run.decision = Some(HookDecision::Deny);
+            run.reason = Some(run.stderr.clone());
+        }
+        Some(0) => match serde_json::from_str::<Value>(run.stdout.trim()) {
+            Ok(Value::Object(output)) => read_json_output(tool_event, &output, run),
+            _ if matches!(event, HookEvent::SessionStart { .. }) => {
+                run.additional_context =
+                    Some(run.stdout.clone()).filter(|text| !text.trim().is_empty());
+            }
+            _ => {}
+        },
+        _ => {}
     }
+}
+
+/// The fields of a hook's JSON output that this harness acts on.
+fn read_json_output(tool_event: bool, output: &serde_json::Map<String, Value>, run: &mut HookRun) {
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_string);
+    let specific = output.get("hookSpecificOutput");
+    let field = |name: &str| specific.and_then(|s| s.get(name));
+    run.additional_context = text(field("additionalContext"));
+    if !tool_event {
+        return;
+    }
+    // The newer `permissionDecision` wins over the older `decision`.
+    let (decision, reason) = match field("permissionDecision").and_then(Value::as_str) {
+        Some("allow") => (Some(HookDecision::Allow), field("permissionDecisionReason")),
+        Some("ask") => (Some(HookDecision::Ask), field("permissionDecisionReason")),
+        Some("deny") => (Some(HookDecision::Deny), field("permissionDecisionReason")),
+        _ => match output.get("decision").and_then(Value::as_str) {
+            Some("block") => (Some(HookDecision::Deny), output.get("reason")),
+            Some("approve") => (Some(HookDecision::Allow), output.get("reason")),
+            _ => (None, None),
+        },
+    };
+    run.decision = decision;
+    run.reason = text(reason);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::matches;
+    use super::Matcher;
 
     #[test]
-    fn matchers() {
+    fn matchers_are_exact_names_or_regular_expressions() {
+        let matches =
+            |matcher: Option<&str>, subject: &str| Matcher::new(matcher).unwrap().matches(subject);
         assert!(matches(None, "Bash"));
+        assert!(matches(Some(""), "Bash"));
         assert!(matches(Some("*"), "Bash"));
         assert!(matches(Some("Edit|Bash"), "Bash"));
+        assert!(
+            !matches(Some("Bash"), "BashOutput"),
+            "a plain name is exact"
+        );
         assert!(!matches(Some("Edit"), "Bash"));
+        assert!(matches(Some("Notebook.*"), "NotebookEdit"));
+        assert!(matches(Some("mcp__.*__write"), "mcp__fs__write"));
+        assert!(!matches(Some("^Edit$"), "MultiEdit"));
         assert!(matches(Some("startup"), "startup"));
+        assert!(Matcher::new(Some("Bash(")).is_err());
     }
 }

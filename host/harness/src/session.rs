@@ -69,7 +69,7 @@ pub enum Event {
     /// A message from the user or the model.
     #[serde(rename = "message")]
     Message {
-        /// `user` or `assistant`.
+        /// `user` or `assistant`; `system` for context from SessionStart hooks.
         role: String,
         /// The text.
         text: String,

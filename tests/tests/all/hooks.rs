@@ -1,12 +1,14 @@
 //! Hook bridges, with real hook processes: payload shapes of both dialects,
-//! the managed overlay in hook processes, blocking, timeouts and crashes.
+//! the managed overlay in hook processes, blocking, timeouts and crashes,
+//! and hooks.json files written after Claude Code's and Codex's documented
+//! examples: regex matchers, JSON decisions, concurrency, CLAUDE_PROJECT_DIR.
 
 use std::path::Path;
 
 use dsh_env::Registry;
 use dsh_env_harness::ShellExecutor;
 use dsh_env_harness::agent::{AgentLoop, ScriptedModel};
-use dsh_env_harness::hooks::{HookDialect, Hooks};
+use dsh_env_harness::hooks::{HookDecision, HookDialect, Hooks};
 use dsh_env_harness::session::{Session, SessionStore};
 use dsh_env_harness::tool::BashTool;
 use dsh_env_tests::registry;
@@ -77,7 +79,7 @@ async fn run_dialect(dialect: HookDialect) -> (tempfile::TempDir, Session) {
         agent
             .hook_log
             .iter()
-            .all(|run| run.exit_code == Some(0) && !run.blocked)
+            .all(|run| run.exit_code == Some(0) && run.decision.is_none())
     );
     (dir, session)
 }
@@ -198,7 +200,7 @@ async fn a_hook_that_hangs_or_crashes_is_reported_and_the_loop_goes_on() {
             .unwrap();
         assert_eq!(failing.timed_out, expect_timeout, "{hook}");
         assert!(
-            !failing.blocked && failing.exit_code != Some(0),
+            failing.decision.is_none() && failing.exit_code != Some(0),
             "{hook}: {failing:?}"
         );
     }
@@ -312,5 +314,222 @@ async fn a_hooks_file_that_became_a_fifo_is_refused_at_once() {
     assert!(
         err.contains(&path.display().to_string()) && err.contains("is a FIFO"),
         "{err}"
+    );
+}
+
+/// An executable shell script `name` in `dir`, holding `body`.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+/// Runs one turn of `command` under `hooks_json` (a `dialect` file).
+async fn turn(
+    dir: &Path,
+    dialect: HookDialect,
+    hooks_json: &Value,
+    command: &str,
+) -> (dsh_env_harness::agent::CallRecord, Session) {
+    let registry = registry();
+    let hooks = Hooks::parse(
+        &hooks_json.to_string(),
+        "hooks.json",
+        dialect,
+        registry.clone(),
+    )
+    .unwrap();
+    let session = Session::new(dir.display().to_string());
+    let mut agent = agent(&registry, hooks, session, command, dir);
+    agent.start("startup").await;
+    let mut records = agent.run_turn("go").await.unwrap();
+    assert_eq!(records.len(), 1);
+    (records.remove(0), agent.session().clone())
+}
+
+/// Claude Code's documented guard: a `Bash` PreToolUse hook that reads the
+/// call from stdin and denies it in JSON; an `Edit|Write` PostToolUse hook
+/// that must not fire for Bash; a `Bash` one that adds context; a
+/// SessionStart hook whose stdout is context. Each sees CLAUDE_PROJECT_DIR.
+#[tokio::test]
+async fn claude_code_documented_hooks_deny_in_json_and_add_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let guard = script(
+        d,
+        "guard.sh",
+        r#"printf %s "$CLAUDE_PROJECT_DIR" > "$CLAUDE_PROJECT_DIR/project-dir"
+if grep -q '"command":"rm ' ; then
+  echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"rm is blocked by policy"}}'
+fi
+exit 0"#,
+    );
+    let formatter = script(d, "format.sh", "touch \"$CLAUDE_PROJECT_DIR/formatted\"");
+    let context = script(
+        d,
+        "context.sh",
+        r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUse","additionalContext":"tests still pass"}}'"#,
+    );
+    let hooks = json!({"hooks": {
+        "SessionStart": [{"matcher": "startup", "hooks": [{"type": "command", "command": "echo 'branch: main'"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": guard, "timeout": 30}]}],
+        "PostToolUse": [
+            {"matcher": "Edit|Write", "hooks": [{"type": "command", "command": formatter}]},
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": context}]}
+        ]
+    }});
+
+    let marker = d.join("removed");
+    std::fs::write(&marker, "").unwrap();
+    let (record, _) = turn(
+        d,
+        HookDialect::ClaudeCode,
+        &hooks,
+        &format!("rm {}", marker.display()),
+    )
+    .await;
+    assert!(record.is_error);
+    assert_eq!(record.output, "rm is blocked by policy\n");
+    assert!(marker.exists(), "the denied command did not run");
+    assert_eq!(record.hooks[0].decision, Some(HookDecision::Deny));
+    assert_eq!(
+        std::fs::read_to_string(d.join("project-dir")).unwrap(),
+        d.display().to_string()
+    );
+
+    let (record, session) = turn(d, HookDialect::ClaudeCode, &hooks, "echo fine").await;
+    assert!(!record.is_error);
+    assert_eq!(record.output, "fine\n[hook] tests still pass\n");
+    assert!(
+        !d.join("formatted").exists(),
+        "`Edit|Write` does not match Bash"
+    );
+    let first = session.events.iter().find_map(|event| match event {
+        dsh_env_harness::session::Event::Message { role, text } if role == "system" => Some(text),
+        _ => None,
+    });
+    assert_eq!(first.map(String::as_str), Some("branch: main\n"));
+}
+
+/// Codex's documented PreToolUse policy hook (with its `statusMessage`),
+/// blocking with the older `decision: "block"`; a PostToolUse hook that
+/// exits 2 feeds its stderr back; one that exits 1 only warns.
+#[tokio::test]
+async fn codex_documented_hooks_block_and_feed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let policy = script(
+        d,
+        "pre_tool_use_policy.sh",
+        r#"if grep -q 'git push'; then echo '{"decision":"block","reason":"pushing is reviewed by a human"}'; fi"#,
+    );
+    let review = script(
+        d,
+        "post_tool_use_review.sh",
+        "echo 'output looks truncated' >&2; exit 2",
+    );
+    let hooks = json!({"hooks": {
+        "PreToolUse": [{"matcher": "^Bash$", "hooks": [
+            {"type": "command", "command": policy, "statusMessage": "Checking Bash command"},
+            {"type": "command", "command": "exit 1"}
+        ]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": review}]}]
+    }});
+    let (record, _) = turn(d, HookDialect::Codex, &hooks, "git push origin main").await;
+    assert!(record.is_error);
+    assert_eq!(record.output, "pushing is reviewed by a human\n");
+
+    let (record, _) = turn(d, HookDialect::Codex, &hooks, "echo ok").await;
+    assert!(!record.is_error, "exit 1 does not block: {record:?}");
+    assert_eq!(record.output, "ok\n[hook] output looks truncated\n");
+}
+
+/// Matching hooks run at once: the first waits for a file only the second
+/// makes, so one after the other the first would time out.
+#[tokio::test]
+async fn matching_hooks_run_concurrently() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let flag = d.join("second-ran");
+    let hooks = json!({"hooks": {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [{"type": "command", "timeout": 5, "command":
+            format!("while [ ! -e {} ]; do sleep 0.05; done", flag.display())}]},
+        {"matcher": ".*", "hooks": [{"type": "command", "command": format!("touch {}", flag.display())}]}
+    ]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
+    assert_eq!(record.output, "ran\n");
+    assert!(
+        record
+            .hooks
+            .iter()
+            .all(|run| run.exit_code == Some(0) && !run.timed_out),
+        "{:#?}",
+        record.hooks
+    );
+}
+
+/// Concurrent hooks that disagree: deny wins over ask over allow, and only
+/// the winners' reasons reach the model.
+#[tokio::test]
+async fn deny_wins_over_ask_and_ask_over_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let decide = |decision: &str| {
+        let output = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+            "permissionDecision": decision, "permissionDecisionReason": format!("{decision} said so")}});
+        json!({"type": "command", "command": format!("echo '{output}'")})
+    };
+    let hooks = json!({"hooks": {"PreToolUse": [{"hooks": [decide("allow"), decide("deny"), decide("ask")]}]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
+    assert_eq!(
+        (record.is_error, record.output.as_str()),
+        (true, "deny said so\n")
+    );
+
+    let hooks = json!({"hooks": {"PreToolUse": [{"hooks": [decide("ask"), decide("allow")]}]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
+    assert_eq!(
+        (record.is_error, record.output.as_str()),
+        (true, "ask said so\n")
+    );
+
+    let hooks = json!({"hooks": {"PreToolUse": [{"hooks": [decide("allow")]}]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
+    assert_eq!((record.is_error, record.output.as_str()), (false, "ran\n"));
+}
+
+#[test]
+fn unsupported_hooks_and_bad_matchers_are_refused_naming_them() {
+    let registry = || dsh_env_tests::registry_at("/tmp/x");
+    let refused = |hooks: Value| {
+        Hooks::parse(
+            &hooks.to_string(),
+            "h.json",
+            HookDialect::ClaudeCode,
+            registry(),
+        )
+        .err()
+        .expect("refused")
+        .to_string()
+    };
+    let prompt =
+        refused(json!({"hooks": {"Stop": [{"hooks": [{"type": "prompt", "prompt": "ok?"}]}]}}));
+    assert!(
+        prompt.contains("Stop: hook type `prompt` is not supported (only `command`)"),
+        "{prompt}"
+    );
+    let condition = refused(json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": "./guard.sh", "if": "Bash(rm *)"}]}]}}));
+    assert!(
+        condition.contains("the `if` field of hook `./guard.sh` is not supported"),
+        "{condition}"
+    );
+    let regex = refused(json!({"hooks": {"PreToolUse": [{"matcher": "Bash(",
+        "hooks": [{"type": "command", "command": "true"}]}]}}));
+    assert!(
+        regex.contains("PreToolUse: matcher is not a regular expression"),
+        "{regex}"
     );
 }

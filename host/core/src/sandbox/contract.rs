@@ -56,6 +56,23 @@ const BOUND: &[(Bound, &str, &str)] = &[
     (Bound::Test, "0.2.0-test", "0.2.0-test"),
 ];
 
+/// A contract version this host runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ContractVersion {
+    /// The `dsh:env` snapshot it is bound from, e.g. `0.1.0`.
+    pub version: &'static str,
+    /// The versions a component may target to be served by it, e.g. `0.1.x`.
+    pub accepts: &'static str,
+}
+
+/// Every contract version this host runs, oldest first.
+pub fn supported_contracts() -> Vec<ContractVersion> {
+    BOUND
+        .iter()
+        .map(|(_, version, accepts)| ContractVersion { version, accepts })
+        .collect()
+}
+
 /// A component's bindings, ready to instantiate: one variant per version.
 #[derive(Clone)]
 pub(crate) enum Pre {

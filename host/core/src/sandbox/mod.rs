@@ -26,6 +26,7 @@ mod guest;
 
 pub(crate) use component::Source;
 pub use component::{ContributorComponent, LoadError};
+pub use contract::{ContractVersion, supported_contracts};
 pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};
