@@ -16,7 +16,7 @@
 //! flight are finished and answered, then serving ends.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -445,11 +445,8 @@ impl Server {
     async fn exec(&self, params: Value) -> Result<Value, RpcError> {
         let params: ExecParams = serde_json::from_value(params).map_err(RpcError::params)?;
         let (execution, Collection { overlay, .. }) = self.collect(&params.execution).await?;
-        let workdir = match &execution.agent {
-            Some(agent) => PathBuf::from(&agent.cwd),
-            None => std::env::current_dir().map_err(RpcError::app)?,
-        };
-        let mut request = ShellExecRequest::new(params.command, workdir, overlay);
+        let mut request = ShellExecRequest::for_execution(params.command, &execution, overlay)
+            .map_err(RpcError::app)?;
         request.env = params.env;
         request.stdin = params.stdin.map(String::into_bytes);
         if let Some(ms) = params.timeout_ms {

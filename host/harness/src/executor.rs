@@ -57,6 +57,20 @@ impl ShellExecRequest {
             scrub: ScrubPolicy::default(),
         }
     }
+
+    /// [`ShellExecRequest::new`] for the call `execution`: in its agent's
+    /// cwd, or this process's when the call has no agent.
+    pub fn for_execution(
+        command: impl Into<String>,
+        execution: &dsh_env::ToolExecution,
+        dsh_env: Overlay,
+    ) -> std::io::Result<Self> {
+        let workdir = match &execution.agent {
+            Some(agent) => PathBuf::from(&agent.cwd),
+            None => std::env::current_dir()?,
+        };
+        Ok(Self::new(command, workdir, dsh_env))
+    }
 }
 
 /// Why a command could not be run.

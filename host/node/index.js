@@ -1,0 +1,138 @@
+'use strict';
+// @dsh-env/node: the public API over the native binding (binding.js, built by
+// `npm run build`). It turns the binding's errors into DshEnvError
+// subclasses and accepts options in JavaScript's camelCase.
+
+const binding = require('./binding.js');
+
+/** A dsh-env failure, with a stable `code` and what it names. */
+class DshEnvError extends Error {
+  constructor(data) {
+    super(data.message);
+    this.name = new.target.name;
+    this.code = data.code;
+    for (const field of ['contributor', 'key', 'file', 'limit']) {
+      if (data[field] !== undefined) this[field] = data[field];
+    }
+  }
+}
+/** A registration was refused: the component, its signature or its declaration. */
+class RegistrationError extends DshEnvError {}
+/** A contributor failed an execution (a trap, a limit, or output breaking a rule). */
+class ContributorError extends DshEnvError {}
+/** The command could not be run. */
+class ExecError extends DshEnvError {}
+
+const classes = {
+  DSH_CONTRIBUTOR: ContributorError,
+  DSH_EXEC: ExecError,
+  DSH_LOAD: RegistrationError,
+  DSH_DECLARATION: RegistrationError,
+  DSH_CHANGED: RegistrationError,
+  DSH_SIGNATURE: RegistrationError,
+  DSH_MANIFEST: RegistrationError,
+};
+
+/** Rethrows a binding error as the DshEnvError it carries. */
+function rethrow(error) {
+  if (error instanceof Error && error.message.startsWith('{"dshEnv":')) {
+    let data;
+    try {
+      data = JSON.parse(error.message).dshEnv;
+    } catch {
+      throw error;
+    }
+    const Class = classes[data.code] ?? DshEnvError;
+    throw new Class(data);
+  }
+  throw error;
+}
+
+function guard(call) {
+  try {
+    const result = call();
+    return result instanceof Promise ? result.catch(rethrow) : result;
+  } catch (error) {
+    rethrow(error);
+  }
+}
+
+/** `{ deadlineMs: 1 }` as a manifest writes it: `{ deadline_ms: 1 }`. */
+function snakeCase(object) {
+  if (object === undefined || object === null) return object;
+  return Object.fromEntries(
+    Object.entries(object).map(([key, value]) => [key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), value]),
+  );
+}
+
+/** A contributor registered in a Registry, until dispose(). */
+class Registration {
+  #native;
+  constructor(native) {
+    this.#native = native;
+  }
+  /** The contributor's declared name. */
+  get name() {
+    return this.#native.name;
+  }
+  /** Unregisters it; executions already collecting keep it. Idempotent. */
+  dispose() {
+    this.#native.dispose();
+  }
+}
+
+/** Contributors, and the DSH_* overlay they build for each execution. */
+class Registry {
+  #native;
+  constructor(native) {
+    this.#native = native;
+  }
+
+  /** Opens a registry; `home` defaults to $DSH_HOME, then ~/.dsh. */
+  static open(options = {}) {
+    return new Registry(guard(() => binding.Registry.open(options.home, options.compiler)));
+  }
+
+  /** Loads, declares (checked) and registers the component at `path`. */
+  async register(path, options = {}) {
+    const { config, limits, grants, onError, sha256, signature } = options;
+    const entry = { config, limits: snakeCase(limits), grants, on_error: onError, sha256, signature };
+    for (const key of Object.keys(entry)) if (entry[key] === undefined) delete entry[key];
+    return new Registration(await guard(() => this.#native.register(path, entry)));
+  }
+
+  /** Every key with its owner and description, sorted; runs no contributor. */
+  list() {
+    return guard(() => this.#native.list());
+  }
+
+  /** Every registered contributor: origin, sha256, signer, grants, on_error. */
+  contributors() {
+    return guard(() => this.#native.contributors());
+  }
+
+  /** The overlay for one execution, and the contributors omitted from it. */
+  collect(execution) {
+    return guard(() => this.#native.collect(execution));
+  }
+
+  /** The overlay with each key's owner and description, and the omissions. */
+  async explain(execution) {
+    const { overlay, omitted } = await this.collect(execution);
+    const listing = new Map(this.list().map((row) => [row.key, row]));
+    const keys = Object.entries(overlay).map(([key, value]) => ({
+      key,
+      value,
+      owner: listing.get(key)?.owner ?? '',
+      description: listing.get(key)?.description ?? '',
+    }));
+    return { keys, contributors: this.contributors(), omitted };
+  }
+
+  /** Collects, then runs `command` with bash in the agent's cwd with the overlay. */
+  exec(execution, command, options = {}) {
+    return guard(() => this.#native.exec(execution, command, options.env, options.stdin, options.timeoutMs));
+  }
+}
+
+module.exports = { Registry, Registration, DshEnvError, RegistrationError, ContributorError, ExecError };

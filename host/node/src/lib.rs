@@ -1,0 +1,241 @@
+//! The Node.js addon: dsh-env's registry for a TypeScript harness. Every
+//! call that can take time (register compiles, collect runs guests, exec
+//! spawns) returns a Promise run on napi's tokio runtime, off the event loop.
+//!
+//! Errors cross as JSON (`{"dshEnv": {message, code, contributor?, key?,
+//! file?, limit?}}`) in the `Error`'s message; `index.js` turns them into
+//! `DshEnvError`s. Its API, not this one, is the package's. The fields are
+//! the core's [`Culprit`], as `serve` reports them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use dsh_env::{
+    ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
+    HostEnv, RegistryError, Runtime, ToolExecution,
+};
+use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use serde_json::{Value, json};
+
+/// The one runtime (engine, instance pool, epoch thread) of this process,
+/// shared by every registry opened in it.
+fn runtime() -> Result<&'static Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| Runtime::new().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))
+}
+
+/// An `Error` carrying `message`, a stable `code` and what `culprit` names,
+/// as JSON for `index.js`.
+fn failure(message: impl std::fmt::Display, code: &str, culprit: Culprit) -> Error {
+    let mut body = serde_json::to_value(&culprit).unwrap_or_else(|_| json!({}));
+    body["message"] = Value::String(message.to_string());
+    body["code"] = Value::String(code.to_string());
+    Error::from_reason(json!({ "dshEnv": body }).to_string())
+}
+
+/// A bad argument.
+fn invalid(message: impl std::fmt::Display) -> Error {
+    failure(message, "DSH_INVALID_ARGUMENT", Culprit::default())
+}
+
+/// A refused registration, with a code for its kind.
+fn refused(err: &RegistryError) -> Error {
+    let code = match err {
+        RegistryError::Load(_) => "DSH_LOAD",
+        RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
+        RegistryError::Declaration(_) => "DSH_DECLARATION",
+        RegistryError::Manifest(_) => "DSH_MANIFEST",
+        RegistryError::Changed { .. } => "DSH_CHANGED",
+        RegistryError::Signature(_) => "DSH_SIGNATURE",
+    };
+    failure(err, code, err.into())
+}
+
+/// A contributor that failed an execution.
+fn failed(err: &ContributorError) -> Error {
+    failure(err, "DSH_CONTRIBUTOR", err.into())
+}
+
+/// A command that could not be run.
+fn exec_failed(err: &ExecError) -> Error {
+    let culprit = match err {
+        ExecError::Env(env) => env.into(),
+        _ => Culprit::default(),
+    };
+    failure(err, "DSH_EXEC", culprit)
+}
+
+/// The execution object, checked as the CLI checks `--execution`.
+fn execution(value: Value) -> Result<ToolExecution> {
+    ToolExecution::from_json(&value.to_string()).map_err(|e| invalid(format!("execution: {e}")))
+}
+
+/// A registry: contributors registered by path, and the overlay they build
+/// for each execution.
+#[napi]
+pub struct Registry {
+    inner: dsh_env::Registry,
+    /// The registrations, held here rather than by their JavaScript handles,
+    /// so that the garbage collector never unregisters a contributor: only
+    /// `dispose()` does.
+    held: Held,
+    next_id: AtomicU64,
+}
+
+/// Registrations by handle id.
+type Held = Arc<Mutex<HashMap<u64, dsh_env::Registration>>>;
+
+#[napi]
+impl Registry {
+    /// Opens a registry. `home` is the harness home (default: `$DSH_HOME`,
+    /// then `~/.dsh`); `compiler` the `dsh-env-compile` helper (default:
+    /// `$DSH_ENV_COMPILER`, then `PATH`).
+    #[napi(factory)]
+    pub fn open(home: Option<String>, compiler: Option<String>) -> Result<Registry> {
+        let explicit: Vec<HomeSetting> = (home.into_iter())
+            .map(|path| HomeSetting {
+                origin: "the home option".into(),
+                path,
+            })
+            .collect();
+        let home = DshHome::resolve(&explicit, &HomeContext::from_process())
+            .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
+        let cache = ArtifactCache::new(home.path().join("cache"));
+        let inner = dsh_env::Registry::with_runtime(runtime()?, home, cache);
+        if let Some(path) = compiler {
+            inner.set_compiler(path);
+        }
+        Ok(Registry {
+            inner,
+            held: Held::default(),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// Loads, declares and registers the component at `path` (relative to
+    /// the process's cwd), with `options` as a manifest entry's fields
+    /// (`config`, `limits`, `grants`, `on_error`, `sha256`).
+    #[napi(ts_return_type = "Promise<Registration>")]
+    pub async fn register(&self, path: String, options: Option<Value>) -> Result<Registration> {
+        let mut entry = options.unwrap_or_else(|| json!({}));
+        let Some(fields) = entry.as_object_mut() else {
+            return Err(invalid("register options must be an object"));
+        };
+        fields.insert("path".into(), Value::String(path));
+        let entry: ContributorEntry =
+            serde_json::from_value(entry).map_err(|e| invalid(format!("register options: {e}")))?;
+        let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process()))
+            .map_err(|e| invalid(format!("register options: {e}")))?;
+        let registry = self.inner.clone();
+        // Loading may compile in a child process: a blocking wait, kept off
+        // the runtime's workers.
+        let component = tokio::task::spawn_blocking(move || registry.load_spec(&spec))
+            .await
+            .map_err(|e| invalid(format!("register: {e}")))?
+            .map_err(|e| refused(&e))?;
+        let registration = (self.inner.register(component).await).map_err(|e| refused(&e))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let name = registration.name().to_string();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.insert(id, registration);
+        Ok(Registration {
+            name,
+            id,
+            held: Arc::clone(&self.held),
+        })
+    }
+
+    /// Every key, built-ins included, sorted: `[{key, owner, description}]`.
+    #[napi(ts_return_type = "Array<{ key: string; owner: string; description: string }>")]
+    pub fn list(&self) -> Result<Value> {
+        serde_json::to_value(self.inner.list()).map_err(invalid)
+    }
+
+    /// Every registered contributor: name, origin, sha256, signer, grants,
+    /// on_error.
+    #[napi(ts_return_type = "Array<Record<string, unknown>>")]
+    pub fn contributors(&self) -> Result<Value> {
+        serde_json::to_value(self.inner.contributors()).map_err(invalid)
+    }
+
+    /// The overlay for one execution, `{KEY: value}` sorted by key, and the
+    /// contributors omitted under `on_error = "omit"`.
+    #[napi(ts_return_type = "Promise<{ overlay: Record<string, string>; omitted: string[] }>")]
+    pub async fn collect(&self, execution: Value) -> Result<Value> {
+        let execution = self::execution(execution)?;
+        let collection = (self.inner.collect_report(&execution).await).map_err(|e| failed(&e))?;
+        let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
+            .map(|(key, value)| (key.to_string(), Value::String(value.to_string())))
+            .collect();
+        let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
+        Ok(json!({ "overlay": overlay, "omitted": omitted }))
+    }
+
+    /// Collects for `execution`, then runs `command` with `bash -c` in the
+    /// agent's cwd through the local executor: the scrubbed inherited
+    /// environment, then `env`, then the overlay.
+    #[napi(
+        ts_args_type = "execution: object, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number",
+        ts_return_type = "Promise<{ exitCode: number | null; stdout: string; stderr: string; timedOut: boolean; truncated: boolean }>"
+    )]
+    pub async fn exec(
+        &self,
+        execution: Value,
+        command: String,
+        env: Option<HashMap<String, String>>,
+        stdin: Option<String>,
+        timeout_ms: Option<u32>,
+    ) -> Result<Value> {
+        let execution = self::execution(execution)?;
+        let overlay = (self.inner.collect(&execution).await).map_err(|e| failed(&e))?;
+        let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
+            .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
+        request.env = env.unwrap_or_default().into_iter().collect();
+        request.stdin = stdin.map(String::into_bytes);
+        if let Some(ms) = timeout_ms {
+            request.timeout = Duration::from_millis(ms.into());
+        }
+        let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
+        Ok(json!({
+            "exitCode": output.exit_code,
+            "stdout": String::from_utf8_lossy(&output.stdout),
+            "stderr": String::from_utf8_lossy(&output.stderr),
+            "timedOut": output.timed_out,
+            "truncated": output.truncated,
+        }))
+    }
+}
+
+/// A registered contributor; it stays registered until `dispose()`.
+#[napi]
+pub struct Registration {
+    name: String,
+    id: u64,
+    held: Held,
+}
+
+#[napi]
+impl Registration {
+    /// The contributor's declared name.
+    #[napi(getter)]
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// Removes the contributor now; executions already collecting keep the
+    /// set they started with. Disposing twice does nothing.
+    #[napi]
+    pub fn dispose(&self) {
+        let taken = (self.held.lock().unwrap_or_else(|p| p.into_inner())).remove(&self.id);
+        // Unregistered here, outside the lock.
+        drop(taken);
+    }
+}

@@ -1,0 +1,144 @@
+// The addon through its documented API: registry rules, isolation of
+// concurrent executions, the scrub, and dispose during collection.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { dshEnv, execution, guest, openRegistry, puppet } from './fixture.mjs';
+
+test('a child execution gets its parent from agent-lineage', async () => {
+  const registry = openRegistry();
+  const lineage = await registry.register(guest('agent_lineage'));
+  assert.equal(lineage.name, 'agent-lineage');
+  const { overlay, omitted } = await registry.collect(execution('c1', 'child-1', 'parent-1'));
+  assert.equal(overlay.DSH_PARENT_SESSION_ID, 'parent-1');
+  assert.equal(overlay.DSH_SESSION_ID, 'child-1');
+  assert.equal(overlay.DSH_SHELL, '1');
+  assert.deepEqual(Object.keys(overlay), Object.keys(overlay).sort());
+  assert.deepEqual(omitted, []);
+  const keys = registry.list().map((row) => `${row.key}:${row.owner}`);
+  assert.ok(keys.includes('DSH_PARENT_SESSION_ID:agent-lineage'), keys.join());
+});
+
+test('declarations are checked, naming contributor and key', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  await assert.rejects(registry.register(guest('agent_lineage')), (error) => {
+    assert.ok(error instanceof dshEnv.RegistrationError, String(error));
+    assert.ok(error instanceof dshEnv.DshEnvError);
+    assert.equal(error.code, 'DSH_DECLARATION');
+    assert.equal(error.contributor, 'agent-lineage');
+    return true;
+  });
+  await assert.rejects(puppet(registry, { name: 'sneaky', keys: 'DSH_HOME=mine' }), (error) => {
+    assert.equal(error.code, 'DSH_DECLARATION');
+    assert.equal(error.contributor, 'sneaky');
+    assert.equal(error.key, 'DSH_HOME');
+    return true;
+  });
+  await assert.rejects(registry.register('/nonexistent/c.wasm'), (error) => {
+    assert.equal(error.code, 'DSH_LOAD');
+    assert.equal(error.file, '/nonexistent/c.wasm');
+    return true;
+  });
+  await assert.rejects(registry.register(guest('puppet'), { limits: { deadlineMs: 0 } }), (error) => {
+    assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+    assert.match(error.message, /limits\.deadline_ms must be at least 1/);
+    return true;
+  });
+});
+
+test('undeclared output fails the execution, naming contributor and key', async () => {
+  const registry = openRegistry();
+  await puppet(registry, { name: 'liar', keys: 'DSH_SAID=what it says', pairs: 'DSH_OTHER=x' });
+  await assert.rejects(registry.collect(execution('c1', 's')), (error) => {
+    assert.ok(error instanceof dshEnv.ContributorError, String(error));
+    assert.equal(error.code, 'DSH_CONTRIBUTOR');
+    assert.equal(error.contributor, 'liar');
+    assert.equal(error.key, 'DSH_OTHER');
+    return true;
+  });
+  // With onError 'omit', the execution goes on without its keys.
+  const omitting = openRegistry();
+  await puppet(omitting, { name: 'liar', keys: 'DSH_SAID=what it says', pairs: 'DSH_OTHER=x' }, { onError: 'omit' });
+  const { overlay, omitted } = await omitting.collect(execution('c1', 's'));
+  assert.equal(overlay.DSH_SAID, undefined);
+  assert.equal(omitted.length, 1);
+  assert.match(omitted[0], /liar/);
+});
+
+test('concurrent parent and child executions each get their own overlay', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  await puppet(registry, { name: 'caller', keys: 'DSH_CALL=the call', pairs: 'DSH_CALL={call}|' });
+  const calls = [];
+  for (let i = 0; i < 32; i++) {
+    const parent = i % 2 === 0;
+    calls.push({ i, parent, done: registry.collect(execution(`call-${i}`, parent ? 'parent' : 'child', parent ? undefined : 'parent')) });
+  }
+  for (const { i, parent, done } of calls) {
+    const { overlay } = await done;
+    assert.equal(overlay.DSH_CALL, `call-${i}`);
+    assert.equal(overlay.DSH_SESSION_ID, parent ? 'parent' : 'child');
+    assert.equal(overlay.DSH_PARENT_SESSION_ID, parent ? undefined : 'parent');
+  }
+});
+
+test('exec gives the command the scrubbed environment plus the overlay, off the event loop', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  process.env.MY_API_TOKEN = 'hunter2';
+  process.env.DSH_FORGED = 'forged';
+  try {
+    let ticked = false;
+    setTimeout(() => {
+      ticked = true;
+    }, 1);
+    const result = await registry.exec(execution('c1', 'child-1', 'parent-1'), 'sleep 0.3; env', {
+      env: { GREETING: 'hi' },
+      stdin: '',
+    });
+    // The timer fired while the command ran: the event loop was free.
+    assert.ok(ticked);
+    assert.equal(result.exitCode, 0, result.stderr);
+    const env = new Map(result.stdout.trim().split('\n').map((line) => line.split(/=(.*)/s).slice(0, 2)));
+    assert.equal(env.get('DSH_PARENT_SESSION_ID'), 'parent-1');
+    assert.equal(env.get('DSH_SHELL'), '1');
+    assert.equal(env.get('GREETING'), 'hi');
+    assert.equal(env.has('MY_API_TOKEN'), false);
+    assert.equal(env.has('DSH_FORGED'), false);
+  } finally {
+    delete process.env.MY_API_TOKEN;
+    delete process.env.DSH_FORGED;
+  }
+  await assert.rejects(registry.exec(execution('c2', 's'), 'true', { env: { DSH_SESSION_ID: 'forged' } }), (error) => {
+    assert.ok(error instanceof dshEnv.ExecError, String(error));
+    assert.equal(error.key, 'DSH_SESSION_ID');
+    return true;
+  });
+  const timedOut = await registry.exec(execution('c3', 's'), 'sleep 5', { timeoutMs: 100 });
+  assert.equal(timedOut.timedOut, true);
+});
+
+test('dispose during a collection: that execution keeps it, the next does not', async () => {
+  const registry = openRegistry();
+  const slow = await puppet(registry, { name: 'slow', keys: 'DSH_SLOW=slow', pairs: 'DSH_SLOW=1', resolve: 'sleep:300' });
+  const during = registry.collect(execution('c1', 's'));
+  slow.dispose();
+  slow.dispose();
+  assert.equal((await during).overlay.DSH_SLOW, '1');
+  const after = await registry.collect(execution('c2', 's'));
+  assert.equal(after.overlay.DSH_SLOW, undefined);
+  assert.ok(!registry.list().some((row) => row.owner === 'slow'));
+});
+
+test('explain names each key\'s owner and each contributor\'s origin', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  const explanation = await registry.explain(execution('c1', 'child', 'parent'));
+  const parent = explanation.keys.find((row) => row.key === 'DSH_PARENT_SESSION_ID');
+  assert.equal(parent.owner, 'agent-lineage');
+  assert.equal(parent.value, 'parent');
+  assert.equal(explanation.contributors[0].name, 'agent-lineage');
+  assert.equal(explanation.contributors[0].origin, guest('agent_lineage'));
+  assert.match(explanation.contributors[0].sha256, /^[0-9a-f]{64}$/);
+});
