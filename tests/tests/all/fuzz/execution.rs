@@ -144,11 +144,17 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     }
     let agent = rng.one_in(2).then(|| dsh_env::Agent {
         session_id: text(rng, 40),
-        cwd: text(rng, 60),
+        // Mostly absolute: a relative cwd is refused.
+        cwd: if rng.one_in(4) {
+            text(rng, 60)
+        } else {
+            format!("/{}", text(rng, 60))
+        },
         parent_session_id: rng.one_in(2).then(|| text(rng, 40)),
         depth: *rng.pick(&[0, 1, 7, u32::MAX]),
     });
     if let Some(agent) = &agent {
+        clean &= agent.cwd.starts_with('/');
         let parent = match &agent.parent_session_id {
             Some(p) => format!(",\"parentId\":{}", json_string(p)),
             None => rng.pick(&["", ",\"parentId\":null"]).to_string(),
