@@ -78,29 +78,28 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("Overlay:");
-    for key in &keys {
-        let field = |name: &str| escape_controls(key[name].as_str().unwrap_or_default());
-        println!(
-            "  {}={}  ({}: {})",
+    // A row's text fields, escaped: `KEY=value  (owner: description)`, the
+    // value left out for an absent key.
+    let key_line = |row: &serde_json::Value| {
+        let field = |name: &str| escape_controls(row[name].as_str().unwrap_or_default());
+        let value = (row.get("value")).map_or_else(String::new, |_| format!("={}", field("value")));
+        format!(
+            "  {}{value}  ({}: {})",
             field("key"),
-            field("value"),
             field("owner"),
             field("description")
-        );
+        )
+    };
+    println!("Overlay:");
+    for key in &keys {
+        println!("{}", key_line(key));
     }
     println!("Declared but absent for this execution:");
     if absent.is_empty() {
         println!("  (nothing)");
     }
     for key in &absent {
-        let field = |name: &str| escape_controls(key[name].as_str().unwrap_or_default());
-        println!(
-            "  {}  ({}: {})",
-            field("key"),
-            field("owner"),
-            field("description")
-        );
+        println!("{}", key_line(key));
     }
     println!(
         "DSH_HOME: {} (from {})",

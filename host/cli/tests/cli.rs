@@ -160,8 +160,13 @@ fn json(output: &Output) -> serde_json::Value {
 
 /// Exit code 2 and exactly one line on stderr, containing every `needle`.
 fn assert_config_error(output: &Output, needles: &[&str]) {
+    assert_one_line_error(output, 2, needles);
+}
+
+/// Exit `code` and exactly one line on stderr, containing every `needle`.
+fn assert_one_line_error(output: &Output, code: i32, needles: &[&str]) {
     let err = stderr(output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert_eq!(output.status.code(), Some(code), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     for needle in needles {
         assert!(err.contains(needle), "`{needle}` not in: {err}");
@@ -323,12 +328,7 @@ fn run_refuses_a_managed_env_before_spawning() {
 /// `run`'s own failure: exit 125 and exactly one line on stderr, containing
 /// every `needle`.
 fn assert_run_failure(output: &Output, needles: &[&str]) {
-    let err = stderr(output);
-    assert_eq!(output.status.code(), Some(125), "{err}");
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    for needle in needles {
-        assert!(err.contains(needle), "`{needle}` not in: {err}");
-    }
+    assert_one_line_error(output, 125, needles);
 }
 
 #[test]
@@ -853,13 +853,7 @@ fn check_escapes_what_the_guest_declared_and_json_stays_exact() {
         ),
     );
     let output = f.run(
-        &[
-            "list",
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--home",
-            &f.home(),
-        ],
+        &f.with_setup("list", manifest.to_str().unwrap(), &f.home()),
         &[],
     );
     assert_config_error(
@@ -1688,45 +1682,25 @@ fn a_manifest_home_is_relative_to_the_manifest_and_its_mistakes_are_named() {
     let expected = format!("DSH_HOME={}\n", f.path("sub/h").display());
     assert!(stdout(&output).contains(&expected), "{}", stdout(&output));
 
+    let home_dir = f.home();
+    // `list` of a manifest `text` fails with a config error holding `needles`.
+    let refused = |name: &str, text: &str, needles: &[&str]| {
+        let manifest = f.write(name, text);
+        let args = f.with_setup("list", manifest.to_str().unwrap(), &home_dir);
+        assert_config_error(&f.run(&args, &[]), needles);
+    };
     let copy = component_copy(&f, PUPPET, "copy.wasm");
-    let duplicate = f.write(
+    refused(
         "duplicate.toml",
         &format!("[[contributor]]\npath = {PUPPET:?}\n\n[[contributor]]\npath = {copy:?}\n"),
-    );
-    let output = f.run(
-        &[
-            "list",
-            "--manifest",
-            duplicate.to_str().unwrap(),
-            "--home",
-            &f.home(),
-        ],
-        &[],
-    );
-    assert_config_error(
-        &output,
         &[
             "contributor `puppet`: a contributor with this name is already registered",
             &format!("from {PUPPET}; this one is from {}", copy.display()),
         ],
     );
-
-    let single = f.write(
+    refused(
         "single.toml",
         &format!("[contributor]\npath = {PUPPET:?}\n"),
-    );
-    let output = f.run(
-        &[
-            "list",
-            "--manifest",
-            single.to_str().unwrap(),
-            "--home",
-            &f.home(),
-        ],
-        &[],
-    );
-    assert_config_error(
-        &output,
         &["single.toml", "hint: write each entry as `[[contributor]]`"],
     );
 

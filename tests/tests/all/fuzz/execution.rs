@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use dsh_env::ToolExecution;
+use dsh_env::execution::KNOWN_FIELDS;
 use dsh_env_tests::rules::text_is_clean;
 
 use super::case::{CaseGuard, each_case};
@@ -106,15 +107,6 @@ fn push_field(rng: &mut Rng, fields: &mut Vec<String>, name: &str, good: &str) -
     }
 }
 
-const EXECUTION_FIELDS: [&str; 6] = [
-    "callId",
-    "rootCallId",
-    "name",
-    "arguments",
-    "background",
-    "agent",
-];
-
 /// A document with each field left out, written wrongly, twice, or well.
 fn execution_case(rng: &mut Rng) -> ExecutionCase {
     let mut fields: Vec<String> = Vec::new();
@@ -180,7 +172,7 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     }
     if rng.one_in(3) {
         let (name, junk) = (text(rng, 20), json_junk(rng, 0));
-        clean &= json_ok_at(&junk, 1) && !EXECUTION_FIELDS.contains(&name.as_str());
+        clean &= json_ok_at(&junk, 1) && !KNOWN_FIELDS.contains(&name.as_str());
         fields.push(format!("{}:{junk}", json_string(&name)));
     }
     let turn = rng.below(fields.len().max(1));
