@@ -3,12 +3,14 @@
 //! Exit codes, as `env`, `timeout` and `docker run` keep theirs apart from
 //! the command's: the command's own code; 128+n when a signal n killed it;
 //! 124 when it timed out; 125 when dsh-env or a contributor failed and the
-//! command did not run.
+//! command did not run. SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to dsh-env
+//! are passed on to the command.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use dsh_env_harness::executor::shell_command;
@@ -98,8 +100,14 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
         command.process_group(0);
     }
     let mut child = command.kill_on_drop(true).spawn().map_err(spawn_failure)?;
+    if let Some(pid) = child.id() {
+        forward_signals(pid, own_group);
+    }
     let timeout = Duration::from_secs(args.timeout_secs);
-    let status = match tokio::time::timeout(timeout, child.wait()).await {
+    let waited = tokio::time::timeout(timeout, child.wait()).await;
+    // Reaped, its pid may be reused: pass nothing on any more.
+    FORWARD_TO.store(0, Ordering::Relaxed);
+    let status = match waited {
         Ok(status) => status.map_err(Failure::runtime)?,
         Err(_) => {
             kill(&mut child, own_group);
@@ -111,6 +119,45 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
         }
     };
     Ok(ExitCode::from(exit_code(status)))
+}
+
+/// Where a signal sent to dsh-env goes on to: the command's process group
+/// (negative), its pid, or nowhere (0).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+/// Whether SIGINT and SIGQUIT go on too: not when the command shares the
+/// terminal's process group, which gets them from the terminal itself.
+static FORWARD_INTERRUPTS: AtomicBool = AtomicBool::new(false);
+
+/// The signals passed on to the command, so that stopping dsh-env stops
+/// it (and dsh-env then exits as the command did).
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn forward(signal: libc::c_int) {
+    let target = FORWARD_TO.load(Ordering::Relaxed);
+    let interrupt = signal == libc::SIGINT || signal == libc::SIGQUIT;
+    if target != 0 && (!interrupt || FORWARD_INTERRUPTS.load(Ordering::Relaxed)) {
+        // SAFETY: kill(2) is async-signal-safe and reads no memory of ours.
+        unsafe { libc::kill(target, signal) };
+    }
+}
+
+/// From now on, [`FORWARDED`] signals to dsh-env go to the command `pid`
+/// (to its whole group when it has its own) instead of ending dsh-env
+/// and leaving the command running.
+fn forward_signals(pid: u32, own_group: bool) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    FORWARD_TO.store(if own_group { -pid } else { pid }, Ordering::Relaxed);
+    FORWARD_INTERRUPTS.store(own_group, Ordering::Relaxed);
+    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for signal in FORWARDED {
+        // SAFETY: `forward` only loads atomics and calls kill(2), both
+        // async-signal-safe; a handler (unlike SIG_IGN) is not inherited
+        // across exec.
+        unsafe { libc::signal(signal, handler) };
+    }
 }
 
 /// The command's exit code, or 128+n when signal n ended it.

@@ -1831,3 +1831,45 @@ fn explain_shows_absent_keys_where_the_home_came_from_and_structured_omissions()
     );
     assert_eq!(report["omitted"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn run_passes_a_signal_on_to_the_command_and_exits_as_it_did() {
+    use std::io::BufRead;
+    let f = Fixture::new();
+    let marker = f.path("terminated");
+    let script = format!(
+        "trap 'echo term > {}; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut child = f
+        .command(
+            &["run", "--home", &f.home(), "--", "bash", "-c", &script],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n");
+    // SAFETY: kill(2) on our own child's pid; it reads no memory.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < BOUND, "dsh-env did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's own exit, after its trap"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "term\n");
+}
