@@ -242,8 +242,8 @@ async fn a_trap_in_resolve_is_named_with_the_panic_message() {
     let shown = failure.to_string();
     assert!(
         shown.starts_with(
-            "trap: wasm trap: wasm `unreachable` instruction executed; the guest's stderr \
-             ended: thread '<unnamed>'"
+            "trap: wasm `unreachable` instruction executed; the guest's stderr ended: \
+             thread '<unnamed>'"
         ),
         "{shown}"
     );

@@ -108,7 +108,12 @@ pub(super) fn classify(
         Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
         Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
         Some(Trap::OutOfFuel) => GuestFailure::Fuel(limits.fuel.unwrap_or(u64::MAX)),
-        Some(trap) => GuestFailure::trap(trap.to_string()),
+        // "trap: wasm trap: …" would say it twice.
+        Some(trap) => GuestFailure::trap(
+            (trap.to_string())
+                .trim_start_matches("wasm trap: ")
+                .to_string(),
+        ),
         None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
         None => GuestFailure::trap(bounded(&format!("{err:#}"), 1024)),
     }
