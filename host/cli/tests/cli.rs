@@ -72,7 +72,12 @@ impl Fixture {
     /// `dsh-env <args>` on a real terminal (a pty from util-linux `script`),
     /// typing `input`; stdout and stderr both arrive as the pty's output.
     fn on_terminal(&self, args: &[&str], input: &str) -> Output {
-        let inner = self.command(args, &[]);
+        self.on_terminal_with(args, &[], input)
+    }
+
+    /// [`Fixture::on_terminal`], with `env` too.
+    fn on_terminal_with(&self, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+        let inner = self.command(args, env);
         let quote =
             |arg: &std::ffi::OsStr| format!("'{}'", arg.to_str().unwrap().replace('\'', r"'\''"));
         let line: Vec<String> = std::iter::once(inner.get_program())
@@ -1731,7 +1736,7 @@ fn logs_on_a_pipe_have_no_colour_and_debug_is_dsh_envs_own() {
         assert!(output.status.success(), "{}", stderr(&output));
         stderr(&output)
     };
-    let wasmtime_lines = |err: &str| err.lines().filter(|l| l.contains(" wasmtime::")).count();
+    let wasmtime_lines = |err: &str| err.lines().filter(|l| l.contains("wasmtime::")).count();
     // Each run compiles into a fresh home, so wasmtime has things to say.
     let everything = log("-vvv", "h1");
     assert!(
@@ -1744,6 +1749,31 @@ fn logs_on_a_pipe_have_no_colour_and_debug_is_dsh_envs_own() {
     );
     let debug = log("-vv", "h2");
     assert_eq!(wasmtime_lines(&debug), 0, "{debug}");
+
+    // On a terminal: colour, unless $NO_COLOR is set.
+    let on_terminal = |home: &str, env: &[(&str, &str)]| {
+        let home = f.path(home);
+        let args = [
+            "list",
+            "-vvv",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+        ];
+        let output = f.on_terminal_with(&args, env, "");
+        assert!(output.status.success(), "{}", stdout(&output));
+        stdout(&output)
+    };
+    let coloured = on_terminal("h3", &[]);
+    assert!(wasmtime_lines(&coloured) > 0, "{coloured}");
+    assert!(
+        coloured.contains("\u{1b}["),
+        "colour on a terminal: {coloured}"
+    );
+    let plain = on_terminal("h4", &[("NO_COLOR", "1")]);
+    assert!(wasmtime_lines(&plain) > 0, "{plain}");
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR: {plain}");
 }
 
 #[test]
