@@ -1719,7 +1719,7 @@ fn a_manifest_home_is_relative_to_the_manifest_and_its_mistakes_are_named() {
 }
 
 #[test]
-fn logs_on_a_pipe_have_no_colour_and_debug_is_dsh_envs_own() {
+fn logs_are_coloured_only_on_a_terminal_without_no_color_and_debug_is_dsh_envs_own() {
     let f = Fixture::new();
     let manifest = f.path("manifest.toml");
     let log = |verbose: &str, home: &str| {
