@@ -43,6 +43,11 @@ enum Command {
     /// Print the overlay for one execution.
     Resolve(resolve::Args),
     /// Run a command through the local executor, with the overlay.
+    #[command(
+        after_help = "Exit codes: the command's own; 128+n when signal n killed it; \
+                            124 when it timed out; 125 when dsh-env or a contributor failed \
+                            and the command did not run."
+    )]
     Run(run::Args),
     /// Review a contributor, confirm, and pin it (digest and grants) in a manifest.
     Add(add::Args),

@@ -118,7 +118,7 @@ pub(crate) fn resolve_home(flag: Option<&str>, manifest: Option<&Manifest>) -> C
 }
 
 /// [`resolve_home`], and where the home came from: `--home`, the manifest's
-/// path, `$DSH_HOME` or `default (~/.dsh)`.
+/// path, `$DSH_HOME` or `default ~/.dsh`.
 fn resolve_home_explained(
     flag: Option<&str>,
     manifest: Option<&Manifest>,

@@ -438,6 +438,12 @@ fn run_keeps_its_own_failures_apart_from_the_commands() {
     assert_run_failure(&output, &["/no/such.toml"]);
     assert!(!marker.exists(), "the command must not have run");
 
+    let help = stdout(&f.run(&["run", "--help"], &[]));
+    assert!(
+        help.contains("124 when it timed out; 125 when dsh-env"),
+        "{help}"
+    );
+
     // Other commands keep 2 for usage.
     let output = f.run(&["list", "--no-such-flag"], &[]);
     assert_eq!(output.status.code(), Some(2));

@@ -88,7 +88,7 @@ impl DshHome {
     }
 
     /// [`DshHome::resolve`], and where the home came from: the first
-    /// explicit setting's origin, `$DSH_HOME`, or `default (~/.dsh)`.
+    /// explicit setting's origin, `$DSH_HOME`, or `default ~/.dsh`.
     pub fn resolve_explained(
         explicit: &[HomeSetting],
         context: &HomeContext,
@@ -124,7 +124,7 @@ impl DshHome {
                 Some(var) => ("$DSH_HOME".to_string(), absolutize(var, context)?),
                 None => {
                     let user_home = context.user_home.clone().ok_or(HomeError::NoUserHome)?;
-                    ("default (~/.dsh)".to_string(), user_home.join(".dsh"))
+                    ("default ~/.dsh".to_string(), user_home.join(".dsh"))
                 }
             },
         };
@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(origin(&both, Some("/v")), "--home");
         assert_eq!(origin(&both[1..], Some("/v")), "m.toml");
         assert_eq!(origin(&[], Some("/v")), "$DSH_HOME");
-        assert_eq!(origin(&[], None), "default (~/.dsh)");
+        assert_eq!(origin(&[], None), "default ~/.dsh");
     }
 
     #[test]
