@@ -20,7 +20,9 @@ const { component } = await componentize({
   witPath: join(here, '..', '..', 'guest-sdk', 'wit', 'since_v0.1.0'),
   worldName: 'contributor',
   // No WASI features beyond what the engine itself needs: a contributor has
-  // no use for stdio, clocks, randomness or HTTP (and the host grants none).
-  disableFeatures: ['stdio', 'random', 'clocks', 'http', 'fetch-event'],
+  // no use for clocks, randomness or HTTP (and the host grants none). Stdio
+  // stays: the host captures it, and an uncaught error's message printed
+  // there becomes the trap's last words.
+  disableFeatures: ['random', 'clocks', 'http', 'fetch-event'],
 });
 await writeFile(out, component);

@@ -12,7 +12,9 @@ use dsh_env::spec::default_signature_path;
 use dsh_env::{Manifest, Trust};
 use serde_json::json;
 
-use crate::setup::{CliResult, Failure, open_default_registry, parse_env_pair, print_json};
+use crate::setup::{
+    CliResult, Failure, open_home_registry, parse_env_pair, print_json, resolve_home,
+};
 
 /// The arguments of `check`.
 #[derive(clap::Args)]
@@ -26,6 +28,10 @@ pub(crate) struct Args {
     /// keys; without it a signature is shown, not verified.
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
+    /// The harness home, for its compile cache (default: the manifest's
+    /// `home`, then $DSH_HOME, then ~/.dsh).
+    #[arg(long, value_name = "DIR")]
+    home: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -37,16 +43,17 @@ pub(crate) async fn run(
         file,
         config,
         manifest,
+        home,
         json,
     }: Args,
 ) -> CliResult<ExitCode> {
+    let manifest =
+        (manifest.as_deref().map(Manifest::from_file).transpose()).map_err(Failure::config)?;
     let trust = match &manifest {
-        Some(path) => {
-            (Manifest::from_file(path).and_then(|m| m.trust())).map_err(Failure::config)?
-        }
+        Some(manifest) => manifest.trust().map_err(Failure::config)?,
         None => Trust::default(),
     };
-    let registry = open_default_registry()?;
+    let registry = open_home_registry(resolve_home(home.as_deref(), manifest.as_ref())?)?;
     let config: BTreeMap<String, String> = config.into_iter().collect();
     // The bytes are read once: the digest shown is that of the bytes checked.
     let shown_file = file.display().to_string();

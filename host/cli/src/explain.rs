@@ -23,12 +23,22 @@ pub(crate) struct Args {
 
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let (_execution, (registry, _registrations), collection) = args.call.collect(false).await?;
+    let (_execution, (registry, _registrations), collection, home_origin) =
+        args.call.collect_explained(false).await?;
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
         .into_iter()
         .map(|row| (row.key.to_string(), (row.owner, row.description)))
         .collect();
+    // Declared, but left out of this overlay (the contributor returned
+    // no value, or it was omitted).
+    let absent: Vec<_> = (listing.iter())
+        .filter(|(key, _)| collection.overlay.get(key).is_none())
+        .map(|(key, (owner, description))| {
+            json!({"key": key, "owner": owner, "description": description})
+        })
+        .collect();
+    let home = json!({"path": registry.home().as_str(), "from": home_origin});
     let keys: Vec<_> = collection
         .overlay
         .iter()
@@ -44,7 +54,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
         .collect();
     scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
-    let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
+    let omitted: Vec<_> = (collection.omitted.iter())
+        .map(|err| {
+            json!({"name": err.contributor, "phase": err.phase.to_string(),
+                   "rule": err.cause.rule(), "reason": err.to_string()})
+        })
+        .collect();
     let contributors = registry.contributors();
     if args.json {
         let scrubbed: Vec<_> = scrubbed
@@ -54,24 +69,43 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             })
             .collect();
         print_json(&json!({
+            "home": home,
             "keys": keys,
+            "absent": absent,
             "contributors": contributors,
             "scrubbed": scrubbed,
             "omitted": omitted,
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("Overlay:");
-    for key in &keys {
-        let field = |name: &str| escape_controls(key[name].as_str().unwrap_or_default());
-        println!(
-            "  {}={}  ({}: {})",
+    // A row's text fields, escaped: `KEY=value  (owner: description)`, the
+    // value left out for an absent key.
+    let key_line = |row: &serde_json::Value| {
+        let field = |name: &str| escape_controls(row[name].as_str().unwrap_or_default());
+        let value = (row.get("value")).map_or_else(String::new, |_| format!("={}", field("value")));
+        format!(
+            "  {}{value}  ({}: {})",
             field("key"),
-            field("value"),
             field("owner"),
             field("description")
-        );
+        )
+    };
+    println!("Overlay:");
+    for key in &keys {
+        println!("{}", key_line(key));
     }
+    println!("Declared but absent for this execution:");
+    if absent.is_empty() {
+        println!("  (nothing)");
+    }
+    for key in &absent {
+        println!("{}", key_line(key));
+    }
+    println!(
+        "DSH_HOME: {} (from {})",
+        escape_controls(registry.home().as_str()),
+        escape_controls(&home_origin)
+    );
     println!("Contributors:");
     for contributor in &contributors {
         let mut grants: Vec<String> = (contributor.env_grants.iter())
@@ -104,8 +138,8 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     for (name, reason) in &scrubbed {
         println!("  {}: {reason}", escape_controls(name));
     }
-    for warning in &omitted {
-        println!("Omitted: {}", escape_controls(warning));
+    for err in &collection.omitted {
+        println!("Omitted: {}", escape_controls(&err.to_string()));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,9 @@
 //! command over the `dsh-env` and `dsh-env-harness` libraries.
 //!
 //! Exit codes: 0 success; 1 the command or a contributor failed at runtime;
-//! 2 usage or configuration error. Every error is one line naming the file,
-//! contributor, key or limit at fault.
+//! 2 usage or configuration error; `run` passes its command's code through
+//! and keeps 124 and 125 for its own (see `run`). Every error is one line
+//! naming the file, contributor, key or limit at fault.
 
 mod add;
 mod check;
@@ -15,10 +16,11 @@ mod run;
 mod serve;
 mod setup;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use dsh_env::input::escape_controls;
 
 use setup::{CliResult, Failure, Setup};
@@ -27,7 +29,7 @@ use setup::{CliResult, Failure, Setup};
 #[derive(Parser)]
 #[command(name = "dsh-env", version)]
 struct Cli {
-    /// Log what happens to stderr (-v info, -vv debug).
+    /// Log what happens to stderr (-v info, -vv debug, -vvv wasmtime's debug too).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     #[command(subcommand)]
@@ -41,6 +43,11 @@ enum Command {
     /// Print the overlay for one execution.
     Resolve(resolve::Args),
     /// Run a command through the local executor, with the overlay.
+    #[command(
+        after_help = "Exit codes: the command's own; 128+n when signal n killed it; \
+                            124 when it timed out; 125 when dsh-env or a contributor failed \
+                            and the command did not run."
+    )]
     Run(run::Args),
     /// Review a contributor, confirm, and pin it (digest and grants) in a manifest.
     Add(add::Args),
@@ -62,11 +69,25 @@ enum Command {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Print a completion script for a shell, e.g.
+    /// `dsh-env completions bash > ~/.local/share/bash-completion/completions/dsh-env`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Parses arguments, runs the command, and maps the outcome to an exit code.
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if err.use_stderr() && invoked_as_run() => {
+            // `run`'s usage errors must not look like its command's exit 2.
+            let _ = err.print();
+            return ExitCode::from(run::OWN_FAILURE);
+        }
+        Err(err) => err.exit(),
+    };
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -95,16 +116,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether the subcommand is `run` (its first word that is not a flag).
+fn invoked_as_run() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .find(|arg| !arg.to_string_lossy().starts_with('-'))
+        .is_some_and(|arg| arg == "run")
+}
+
+/// Logs on stderr at the level `-v` asks for (`$DSH_ENV_LOG` overrides), in
+/// colour only on a terminal and without `$NO_COLOR`.
 fn init_logging(verbose: u8) {
     let level = match verbose {
         0 => "warn",
         1 => "info",
+        // wasmtime's and cranelift's debug lines (one per pool slot, per
+        // function) would bury dsh-env's own; -vvv shows them too.
+        2 => "debug,wasmtime=info,cranelift=info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("DSH_ENV_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr)
         .init();
 }
@@ -119,6 +155,11 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Explain(args) => explain::run(args).await,
         Command::Demo { manifest } => {
             demo::demo(manifest.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "dsh-env", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup } => {

@@ -1,13 +1,29 @@
-//! `dsh-env run`: a command through the local executor, with the overlay.
+//! `dsh-env run`: a command with the overlay, on this terminal.
+//!
+//! Exit codes, as `env`, `timeout` and `docker run` keep theirs apart from
+//! the command's: the command's own code; 128+n when a signal n killed it;
+//! 124 when it timed out; 125 when dsh-env or a contributor failed and the
+//! command did not run. SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to dsh-env
+//! are passed on to the command.
 
-use std::io::Write;
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
+use dsh_env_harness::executor::shell_command;
+use dsh_env_harness::{ExecError, ShellExecRequest};
 
 use crate::setup::{Call, CliResult, Failure, parse_env_pair};
+
+/// Exit code for dsh-env's own failure (a contributor's included), when the
+/// command did not run.
+pub(crate) const OWN_FAILURE: u8 = 125;
+
+/// Exit code when the command ran past `--timeout-secs`.
+const TIMED_OUT: u8 = 124;
 
 /// The arguments of `run`.
 #[derive(clap::Args)]
@@ -17,10 +33,12 @@ pub(crate) struct Args {
     /// An ordinary variable for the command, NAME=VALUE (repeatable; no DSH_* names).
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     env: Vec<(String, String)>,
-    /// Run as a background call (contributors see mode=background).
+    /// Start the command detached as a background call (contributors see
+    /// mode=background), print its pid on stderr and return at once; it
+    /// keeps stdout and stderr, gets no stdin and no timeout.
     #[arg(long)]
     background: bool,
-    /// Kill the command's process group after this many seconds.
+    /// Kill the command after this many seconds (exit code 124).
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
     /// The command and its arguments.
@@ -28,52 +46,146 @@ pub(crate) struct Args {
     command: Vec<String>,
 }
 
-/// Runs the command; its exit code is the command's.
+/// Runs the command with this process's stdin, stdout and stderr; its exit
+/// code is the command's (see the module's doc for dsh-env's own codes).
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
+    run_command(args)
+        .await
+        .map_err(|failure| match failure.code {
+            TIMED_OUT => failure,
+            _ => Failure {
+                code: OWN_FAILURE,
+                ..failure
+            },
+        })
+}
+
+/// [`run`], with dsh-env's failures still in their usual codes.
+async fn run_command(args: Args) -> CliResult<ExitCode> {
     let (execution, _registered, collection) = args.call.collect(args.background).await?;
     let workdir = match &execution.agent {
         Some(agent) => PathBuf::from(&agent.cwd),
         None => std::env::current_dir().map_err(Failure::runtime)?,
     };
-    let mut request =
-        ShellExecRequest::new(shell_command(&args.command), workdir, collection.overlay);
+    let mut request = ShellExecRequest::new(
+        shell_command_line(&args.command),
+        workdir,
+        collection.overlay,
+    );
     request.env = args.env.into_iter().collect();
-    request.timeout = Duration::from_secs(args.timeout_secs);
-    let executor = LocalExecutor;
-    let output = if args.background {
-        let handle = executor.spawn_background(request).map_err(exec_failure)?;
-        if let Some(pid) = handle.pid {
+    let mut command = shell_command(&request).map_err(Failure::runtime)?;
+    let spawn_failure = |source| {
+        Failure::runtime(ExecError::Spawn {
+            workdir: request.workdir.display().to_string(),
+            source,
+        })
+    };
+    if args.background {
+        // Its own process group: the terminal's Ctrl-C is not for it.
+        let child = command
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(spawn_failure)?;
+        if let Some(pid) = child.id() {
             eprintln!("dsh-env: started in the background as pid {pid}");
         }
-        handle.wait().await
-    } else {
-        executor.run(request).await
+        return Ok(ExitCode::SUCCESS);
     }
-    .map_err(exec_failure)?;
-    let _ = std::io::stdout().write_all(&output.stdout);
-    let _ = std::io::stderr().write_all(&output.stderr);
-    if output.timed_out {
-        return Err(Failure::runtime(format!(
-            "the command timed out after {} s",
-            args.timeout_secs
-        )));
+    // A command reading a terminal must stay in its foreground process
+    // group; elsewhere it gets a group of its own, so that a timeout ends
+    // everything it started.
+    let own_group = !std::io::stdin().is_terminal();
+    if own_group {
+        command.process_group(0);
     }
-    Ok(ExitCode::from(
-        output.exit_code.map_or(1, |c| c.clamp(0, 255) as u8),
-    ))
+    let mut child = command.kill_on_drop(true).spawn().map_err(spawn_failure)?;
+    if let Some(pid) = child.id() {
+        forward_signals(pid, own_group);
+    }
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let waited = tokio::time::timeout(timeout, child.wait()).await;
+    // Reaped, its pid may be reused: pass nothing on any more.
+    FORWARD_TO.store(0, Ordering::Relaxed);
+    let status = match waited {
+        Ok(status) => status.map_err(Failure::runtime)?,
+        Err(_) => {
+            kill(&mut child, own_group);
+            let _ = child.wait().await;
+            return Err(Failure {
+                code: TIMED_OUT,
+                message: format!("the command timed out after {} s", args.timeout_secs),
+            });
+        }
+    };
+    Ok(ExitCode::from(exit_code(status)))
 }
 
-/// A request the executor refused before spawning (a `DSH_*` or malformed
-/// `--env`) is a usage error; anything after the spawn is a runtime failure.
-fn exec_failure(err: ExecError) -> Failure {
-    match err {
-        ExecError::Env(_) => Failure::config(err),
-        other => Failure::runtime(other),
+/// Where a signal sent to dsh-env goes on to: the command's process group
+/// (negative), its pid, or nowhere (0).
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+/// Whether SIGINT and SIGQUIT go on too: not when the command shares the
+/// terminal's process group, which gets them from the terminal itself.
+static FORWARD_INTERRUPTS: AtomicBool = AtomicBool::new(false);
+
+/// The signals passed on to the command, so that stopping dsh-env stops
+/// it (and dsh-env then exits as the command did).
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+extern "C" fn forward(signal: libc::c_int) {
+    let target = FORWARD_TO.load(Ordering::Relaxed);
+    let interrupt = signal == libc::SIGINT || signal == libc::SIGQUIT;
+    if target != 0 && (!interrupt || FORWARD_INTERRUPTS.load(Ordering::Relaxed)) {
+        // SAFETY: kill(2) is async-signal-safe and reads no memory of ours.
+        unsafe { libc::kill(target, signal) };
+    }
+}
+
+/// From now on, [`FORWARDED`] signals to dsh-env go to the command `pid`
+/// (to its whole group when it has its own) instead of ending dsh-env
+/// and leaving the command running.
+fn forward_signals(pid: u32, own_group: bool) {
+    let Ok(pid) = i32::try_from(pid) else {
+        return;
+    };
+    FORWARD_TO.store(if own_group { -pid } else { pid }, Ordering::Relaxed);
+    FORWARD_INTERRUPTS.store(own_group, Ordering::Relaxed);
+    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for signal in FORWARDED {
+        // SAFETY: `forward` only loads atomics and calls kill(2), both
+        // async-signal-safe; a handler (unlike SIG_IGN) is not inherited
+        // across exec.
+        unsafe { libc::signal(signal, handler) };
+    }
+}
+
+/// The command's exit code, or 128+n when signal n ended it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code.clamp(0, 255) as u8,
+        (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+        (None, None) => OWN_FAILURE,
+    }
+}
+
+/// Kills the command, and its whole process group when it has one.
+fn kill(child: &mut tokio::process::Child, own_group: bool) {
+    match child.id().and_then(|pid| i32::try_from(pid).ok()) {
+        Some(pid) if own_group => {
+            // SAFETY: kill(2) with a negative pid signals that process
+            // group (the child's own); it reads no memory of ours.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        // Already reaped, or sharing our group: the command alone.
+        _ => {
+            let _ = child.start_kill();
+        }
     }
 }
 
 /// Joins argv into one `bash -c` string, quoting every word.
-fn shell_command(words: &[String]) -> String {
+fn shell_command_line(words: &[String]) -> String {
     words
         .iter()
         .map(|word| {

@@ -76,12 +76,25 @@ impl Call {
         &self,
         background: bool,
     ) -> CliResult<(ToolExecution, Registered, Collection)> {
+        let (execution, registered, collection, _) = self.collect_explained(background).await?;
+        Ok((execution, registered, collection))
+    }
+
+    /// [`Call::collect`], and where the home came from (see [`resolve_home`]).
+    pub(crate) async fn collect_explained(
+        &self,
+        background: bool,
+    ) -> CliResult<(ToolExecution, Registered, Collection, String)> {
         let mut execution = self.execution.load()?;
         if background {
             execution = execution.with_mode(Mode::Background);
         }
-        let (registered, collection) = self.setup.collect(&execution).await?;
-        Ok((execution, registered, collection))
+        let (registered, home_origin) = self.setup.open_explained().await?;
+        let collection = (registered.0)
+            .collect_report(&execution)
+            .await
+            .map_err(Failure::runtime)?;
+        Ok((execution, registered, collection, home_origin))
     }
 }
 
@@ -99,13 +112,17 @@ pub(crate) fn open_home_registry(home: DshHome) -> CliResult<Registry> {
     open_registry(home, cache)
 }
 
-/// A registry for the home of this process (`$DSH_HOME`, else `~/.dsh`).
-pub(crate) fn open_default_registry() -> CliResult<Registry> {
-    open_home_registry(resolve_home(None, None)?)
-}
-
 /// The home: `--home`, then the manifest's `home`, then `$DSH_HOME`, then `~/.dsh`.
 pub(crate) fn resolve_home(flag: Option<&str>, manifest: Option<&Manifest>) -> CliResult<DshHome> {
+    resolve_home_explained(flag, manifest).map(|(home, _)| home)
+}
+
+/// [`resolve_home`], and where the home came from: `--home`, the manifest's
+/// path, `$DSH_HOME` or `default ~/.dsh`.
+fn resolve_home_explained(
+    flag: Option<&str>,
+    manifest: Option<&Manifest>,
+) -> CliResult<(DshHome, String)> {
     let mut explicit = Vec::new();
     if let Some(path) = flag {
         explicit.push(HomeSetting {
@@ -113,36 +130,28 @@ pub(crate) fn resolve_home(flag: Option<&str>, manifest: Option<&Manifest>) -> C
             path: path.to_string(),
         });
     }
-    if let Some((manifest, path)) = manifest.and_then(|m| Some((m, m.home.as_ref()?))) {
-        explicit.push(HomeSetting {
-            origin: manifest.origin.clone(),
-            path: path.clone(),
-        });
-    }
-    DshHome::resolve(&explicit, &HomeContext::from_process()).map_err(Failure::config)
+    explicit.extend(manifest.and_then(Manifest::home_setting));
+    DshHome::resolve_explained(&explicit, &HomeContext::from_process()).map_err(Failure::config)
 }
 
 impl Setup {
-    /// Opens the registry and collects for `execution`; a contributor
-    /// failure is a runtime error (exit 1).
-    async fn collect(&self, execution: &ToolExecution) -> CliResult<(Registered, Collection)> {
-        let (registry, registrations) = self.open().await?;
-        let collection = registry
-            .collect_report(execution)
-            .await
-            .map_err(Failure::runtime)?;
-        Ok(((registry, registrations), collection))
-    }
-
     /// Resolves the home, opens a registry, and registers the manifest's contributors.
     pub(crate) async fn open(&self) -> CliResult<Registered> {
+        self.open_explained()
+            .await
+            .map(|(registered, _)| registered)
+    }
+
+    /// [`Setup::open`], and where the home came from. A contributor failure
+    /// while collecting later is a runtime error (exit 1).
+    async fn open_explained(&self) -> CliResult<(Registered, String)> {
         let manifest = self
             .manifest
             .as_deref()
             .map(Manifest::from_file)
             .transpose()
             .map_err(Failure::config)?;
-        let home = resolve_home(self.home.as_deref(), manifest.as_ref())?;
+        let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
         let registry = open_home_registry(home)?;
         let registrations = match &manifest {
             Some(manifest) => registry
@@ -151,7 +160,7 @@ impl Setup {
                 .map_err(Failure::config)?,
             None => Vec::new(),
         };
-        Ok((registry, registrations))
+        Ok(((registry, registrations), home_origin))
     }
 }
 
@@ -172,8 +181,16 @@ impl ExecutionArg {
                 .map_err(|e| Failure::config(format!("cannot read execution {e}")))?
         };
         let shown = escape_controls(source);
-        ToolExecution::from_json(&text)
-            .map_err(|e| Failure::config(format!("execution {shown}: {e}")))
+        let (execution, unknown) = ToolExecution::from_json_noting_unknown(&text)
+            .map_err(|e| Failure::config(format!("execution {shown}: {e}")))?;
+        for field in unknown {
+            // A typo'd field would be dropped in silence: name it.
+            eprintln!(
+                "dsh-env: warning: execution {shown}: unknown field `{}` ignored",
+                escape_controls(&field)
+            );
+        }
+        Ok(execution)
     }
 }
 

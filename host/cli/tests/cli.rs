@@ -72,7 +72,12 @@ impl Fixture {
     /// `dsh-env <args>` on a real terminal (a pty from util-linux `script`),
     /// typing `input`; stdout and stderr both arrive as the pty's output.
     fn on_terminal(&self, args: &[&str], input: &str) -> Output {
-        let inner = self.command(args, &[]);
+        self.on_terminal_with(args, &[], input)
+    }
+
+    /// [`Fixture::on_terminal`], with `env` too.
+    fn on_terminal_with(&self, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+        let inner = self.command(args, env);
         let quote =
             |arg: &std::ffi::OsStr| format!("'{}'", arg.to_str().unwrap().replace('\'', r"'\''"));
         let line: Vec<String> = std::iter::once(inner.get_program())
@@ -160,8 +165,13 @@ fn json(output: &Output) -> serde_json::Value {
 
 /// Exit code 2 and exactly one line on stderr, containing every `needle`.
 fn assert_config_error(output: &Output, needles: &[&str]) {
+    assert_one_line_error(output, 2, needles);
+}
+
+/// Exit `code` and exactly one line on stderr, containing every `needle`.
+fn assert_one_line_error(output: &Output, code: i32, needles: &[&str]) {
     let err = stderr(output);
-    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert_eq!(output.status.code(), Some(code), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     for needle in needles {
         assert!(err.contains(needle), "`{needle}` not in: {err}");
@@ -316,32 +326,173 @@ fn run_refuses_a_managed_env_before_spawning() {
         ],
         &[],
     );
-    assert_config_error(&output, &["`DSH_X` is in the managed DSH_* namespace"]);
+    assert_run_failure(&output, &["`DSH_X` is in the managed DSH_* namespace"]);
     assert!(!marker.exists(), "the command must not have run");
 }
 
+/// `run`'s own failure: exit 125 and exactly one line on stderr, containing
+/// every `needle`.
+fn assert_run_failure(output: &Output, needles: &[&str]) {
+    assert_one_line_error(output, 125, needles);
+}
+
 #[test]
-fn run_exits_with_the_commands_status_in_both_modes() {
+fn run_passes_the_commands_exit_code_and_signal_through() {
     let f = Fixture::new();
     let home = f.home();
-    let foreground = f.run(&["run", "--home", &home, "--", "bash", "-c", "exit 7"], &[]);
-    assert_eq!(foreground.status.code(), Some(7));
-    let background = f.run(
+    for (script, code) in [
+        ("exit 7", 7),
+        ("exit 2", 2),
+        ("exit 125", 125),
+        ("kill -TERM $$", 143),
+        ("kill -KILL $$", 137),
+    ] {
+        let output = f.run(&["run", "--home", &home, "--", "bash", "-c", script], &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{script}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output), "", "{script}");
+    }
+}
+
+#[test]
+fn run_gives_the_command_its_stdin_and_streams_its_output() {
+    let f = Fixture::new();
+    let command = f.command(
+        &[
+            "run",
+            "--home",
+            &f.home(),
+            "--",
+            "bash",
+            "-c",
+            "tr a-z A-Z; echo err >&2",
+        ],
+        &[],
+    );
+    let output = output_within(command, Stdio::piped(), Some(b"from stdin\n".to_vec()));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "FROM STDIN\n");
+    assert_eq!(stderr(&output), "err\n");
+}
+
+#[test]
+fn run_keeps_its_own_failures_apart_from_the_commands() {
+    let f = Fixture::new();
+    let home = f.home();
+    let marker = f.path("spawned");
+    let touch = format!("touch {}", marker.display());
+
+    let output = f.run(
         &[
             "run",
             "--home",
             &home,
-            "--background",
+            "--timeout-secs",
+            "1",
             "--",
-            "bash",
-            "-c",
-            "echo $DSH_SHELL; exit 3",
+            "sleep",
+            "30",
         ],
         &[],
     );
-    assert_eq!(background.status.code(), Some(3));
-    assert_eq!(stdout(&background), "1\n");
-    assert!(stderr(&background).contains("started in the background as pid"));
+    assert_eq!(output.status.code(), Some(124), "{}", stderr(&output));
+    assert!(stderr(&output).contains("the command timed out after 1 s"));
+
+    let trapping = f.write(
+        "trapping.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"panicky\"\nkeys = \"DSH_P=p\"\nresolve = \"trap:the config is \\u001b[31mbroken\"\n"
+        ),
+    );
+    let mut args = f.with_setup("run", trapping.to_str().unwrap(), &home);
+    args.extend(["--", "bash", "-c", &touch]);
+    let output = f.run(&args, &[]);
+    assert_run_failure(
+        &output,
+        &[
+            "contributor `panicky` (keys DSH_P) failed in resolve: trap:",
+            "the guest's stderr ended:",
+            "the config is broken",
+        ],
+    );
+    assert!(!stderr(&output).contains('\u{1b}'), "{}", stderr(&output));
+
+    let output = f.run(&["run", "--no-such-flag", "--", "bash", "-c", &touch], &[]);
+    assert_eq!(output.status.code(), Some(125), "{}", stderr(&output));
+    let output = f.run(
+        &[
+            "run",
+            "--manifest",
+            "/no/such.toml",
+            "--",
+            "bash",
+            "-c",
+            &touch,
+        ],
+        &[],
+    );
+    assert_run_failure(&output, &["/no/such.toml"]);
+    assert!(!marker.exists(), "the command must not have run");
+
+    let help = stdout(&f.run(&["run", "--help"], &[]));
+    assert!(
+        help.contains("124 when it timed out; 125 when dsh-env"),
+        "{help}"
+    );
+
+    // Other commands keep 2 for usage.
+    let output = f.run(&["list", "--no-such-flag"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn run_background_detaches_and_returns_at_once() {
+    let f = Fixture::new();
+    let done = f.path("done");
+    let script = format!("sleep 3; echo $DSH_SHELL > {}", done.display());
+    let log = std::fs::File::create(f.path("stderr")).unwrap();
+    let started = std::time::Instant::now();
+    let status = f
+        .command(
+            &[
+                "run",
+                "--home",
+                &f.home(),
+                "--background",
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!done.exists(), "returned before the command ended");
+    let said = std::fs::read_to_string(f.path("stderr")).unwrap();
+    assert!(
+        said.starts_with("dsh-env: started in the background as pid "),
+        "{said}"
+    );
+    while !done.exists() && started.elapsed() < BOUND {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Written once the shell's echo finishes.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "1\n");
 }
 
 #[test]
@@ -517,7 +668,15 @@ fn a_contributor_failure_is_a_runtime_error() {
 
 #[test]
 fn every_subcommand_has_help() {
-    for sub in ["list", "resolve", "run", "check", "explain", "serve"] {
+    for sub in [
+        "list",
+        "resolve",
+        "run",
+        "check",
+        "explain",
+        "serve",
+        "completions",
+    ] {
         let output = Command::new(BINARY).args([sub, "--help"]).output().unwrap();
         assert!(output.status.success(), "{sub}");
         assert!(stdout(&output).contains("Usage: dsh-env"), "{sub}");
@@ -684,10 +843,34 @@ fn check_escapes_what_the_guest_declared_and_json_stays_exact() {
         !text.contains('\r') && !text.lines().any(|l| l.starts_with("name`")),
         "{text}"
     );
+    assert!(
+        text.contains(r"the name holds control character `\n` (U+000A)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r"key `DSH_A`: the description holds control character `\r` (U+000D)"),
+        "{text}"
+    );
     args.push("--json");
     let report = json(&f.run(&args, &[]));
     assert_eq!(report["name"], "bad\nname");
     assert_eq!(report["keys"][0]["description"], "one\rtwo");
+
+    // Registration refuses it for the same reason, not for a length.
+    let manifest = f.write(
+        "control.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nkeys = \"DSH_A=one\\ttwo\"\n"
+        ),
+    );
+    let output = f.run(
+        &f.with_setup("list", manifest.to_str().unwrap(), &f.home()),
+        &[],
+    );
+    assert_config_error(
+        &output,
+        &[r"key `DSH_A`: the description holds control character `\t` (U+0009)"],
+    );
 }
 
 #[test]
@@ -1432,4 +1615,297 @@ fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
         stdout(&output)
     );
     assert!(list().status.success());
+}
+
+#[test]
+fn the_execution_json_names_unknown_fields_and_refuses_a_relative_cwd() {
+    let f = Fixture::new();
+    let typo = f.write(
+        "typo.json",
+        r#"{"callId":"c1","name":"bash","token":"t","agnet":{"session":{"header":{"id":"s","cwd":"/tmp"}}}}"#,
+    );
+    let output = f.run(
+        &[
+            "resolve",
+            "--home",
+            &f.home(),
+            "--execution",
+            typo.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown field `agnet` ignored"), "{err}");
+    assert!(
+        !stdout(&output).contains("DSH_SESSION_ID"),
+        "no agent was read"
+    );
+
+    let relative = f.write(
+        "relative.json",
+        r#"{"callId":"c1","name":"bash","agent":{"session":{"header":{"id":"s","cwd":"work"}}}}"#,
+    );
+    let output = f.run(
+        &[
+            "resolve",
+            "--home",
+            &f.home(),
+            "--execution",
+            relative.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_config_error(
+        &output,
+        &["relative.json", "must be an absolute path, not `work`"],
+    );
+
+    // The example that ships with the contributors runs as it is.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../contributors/execution.json"
+    );
+    let output = f.run(
+        &["resolve", "--home", &f.home(), "--execution", example],
+        &[],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
+    assert!(
+        stdout(&output).contains("DSH_SESSION_ID=sess-child"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn a_manifest_home_is_relative_to_the_manifest_and_its_mistakes_are_named() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.path("sub")).unwrap();
+    let manifest = f.write(
+        "sub/manifest.toml",
+        &format!("home = \"h\"\n\n[[contributor]]\npath = {AGENT_LINEAGE:?}\n"),
+    );
+    let output = f.run(&["resolve", "--manifest", manifest.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let expected = format!("DSH_HOME={}\n", f.path("sub/h").display());
+    assert!(stdout(&output).contains(&expected), "{}", stdout(&output));
+
+    let home_dir = f.home();
+    // `list` of a manifest `text` fails with a config error holding `needles`.
+    let refused = |name: &str, text: &str, needles: &[&str]| {
+        let manifest = f.write(name, text);
+        let args = f.with_setup("list", manifest.to_str().unwrap(), &home_dir);
+        assert_config_error(&f.run(&args, &[]), needles);
+    };
+    let copy = component_copy(&f, PUPPET, "copy.wasm");
+    refused(
+        "duplicate.toml",
+        &format!("[[contributor]]\npath = {PUPPET:?}\n\n[[contributor]]\npath = {copy:?}\n"),
+        &[
+            "contributor `puppet`: a contributor with this name is already registered",
+            &format!("from {PUPPET}; this one is from {}", copy.display()),
+        ],
+    );
+    refused(
+        "single.toml",
+        &format!("[contributor]\npath = {PUPPET:?}\n"),
+        &["single.toml", "hint: write each entry as `[[contributor]]`"],
+    );
+
+    let home = f.path("check-home");
+    let output = f.run(&["check", PUPPET, "--home", home.to_str().unwrap()], &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        home.join("cache").is_dir(),
+        "check compiled into --home's cache"
+    );
+}
+
+#[test]
+fn logs_are_coloured_only_on_a_terminal_without_no_color_and_debug_is_dsh_envs_own() {
+    let f = Fixture::new();
+    let manifest = f.path("manifest.toml");
+    let log = |verbose: &str, home: &str| {
+        let home = f.path(home);
+        let args = [
+            "list",
+            verbose,
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+        ];
+        let output = f.run(&args, &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stderr(&output)
+    };
+    let wasmtime_lines = |err: &str| err.lines().filter(|l| l.contains("wasmtime::")).count();
+    // Each run compiles into a fresh home, so wasmtime has things to say.
+    let everything = log("-vvv", "h1");
+    assert!(
+        wasmtime_lines(&everything) > 0,
+        "-vvv shows wasmtime's debug: {everything}"
+    );
+    assert!(
+        !everything.contains('\u{1b}'),
+        "colour codes on a pipe: {everything}"
+    );
+    let debug = log("-vv", "h2");
+    assert_eq!(wasmtime_lines(&debug), 0, "{debug}");
+
+    // On a terminal: colour, unless $NO_COLOR is set.
+    let on_terminal = |home: &str, env: &[(&str, &str)]| {
+        let home = f.path(home);
+        let args = [
+            "list",
+            "-vvv",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+        ];
+        let output = f.on_terminal_with(&args, env, "");
+        assert!(output.status.success(), "{}", stdout(&output));
+        stdout(&output)
+    };
+    let coloured = on_terminal("h3", &[]);
+    assert!(wasmtime_lines(&coloured) > 0, "{coloured}");
+    assert!(
+        coloured.contains("\u{1b}["),
+        "colour on a terminal: {coloured}"
+    );
+    let plain = on_terminal("h4", &[("NO_COLOR", "1")]);
+    assert!(wasmtime_lines(&plain) > 0, "{plain}");
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR: {plain}");
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "_dsh__env()"),
+        ("zsh", "#compdef dsh-env"),
+        ("fish", "complete -c dsh-env"),
+    ] {
+        let output = Command::new(BINARY)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{shell}");
+        let script = stdout(&output);
+        assert!(
+            script.contains(marker),
+            "{shell}: {}",
+            &script[..script.len().min(200)]
+        );
+        assert!(script.contains("explain"), "{shell}");
+    }
+    let output = Command::new(BINARY)
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn explain_shows_absent_keys_where_the_home_came_from_and_structured_omissions() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "explain.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"quiet\"\nkeys = \"DSH_QUIET=never set\"\n\n\
+             [[contributor]]\npath = {PUPPET:?}\non_error = \"omit\"\n[contributor.config]\nname = \"broken\"\nkeys = \"DSH_BROKEN=b\"\nresolve = \"trap:gone wrong\"\n"
+        ),
+    );
+    let home = f.home();
+    let args = f.with_setup("explain", manifest.to_str().unwrap(), &home);
+    let output = f.run(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    for line in [
+        "Declared but absent for this execution:\n",
+        "  DSH_QUIET  (quiet: never set)\n",
+        "  DSH_BROKEN  (broken: b)\n",
+        "  DSH_SESSION_ID  (dsh-env: ",
+        &format!("DSH_HOME: {home} (from --home)\n"),
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+
+    let explain = [
+        "explain",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--json",
+    ];
+    let report = json(&f.run(&explain, &[("DSH_HOME", &home)]));
+    assert_eq!(
+        report["home"],
+        serde_json::json!({"path": home, "from": "$DSH_HOME"})
+    );
+    let absent: Vec<&str> = report["absent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(absent, ["DSH_BROKEN", "DSH_QUIET", "DSH_SESSION_ID"]);
+    let omitted = &report["omitted"][0];
+    assert_eq!(
+        (&omitted["name"], &omitted["phase"], &omitted["rule"]),
+        (
+            &serde_json::json!("broken"),
+            &serde_json::json!("resolve"),
+            &serde_json::json!("trap")
+        )
+    );
+    assert!(
+        omitted["reason"].as_str().unwrap().contains("gone wrong"),
+        "{omitted}"
+    );
+    assert_eq!(report["omitted"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn run_passes_a_signal_on_to_the_command_and_exits_as_it_did() {
+    use std::io::BufRead;
+    let f = Fixture::new();
+    let marker = f.path("terminated");
+    let script = format!(
+        "trap 'echo term > {}; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut child = f
+        .command(
+            &["run", "--home", &f.home(), "--", "bash", "-c", &script],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n");
+    // SAFETY: kill(2) on our own child's pid; it reads no memory.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < BOUND, "dsh-env did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's own exit, after its trap"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "term\n");
 }

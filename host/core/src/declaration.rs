@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::input::{control_character, describe_control};
+use crate::input::{control_character, describe_control, escape_controls};
 use crate::key::{DshKey, KeyError};
 use crate::limits::{Limits, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::registry::BUILTIN_OWNER;
@@ -40,15 +40,27 @@ pub enum DeclarationProblem {
     /// The name is empty or whitespace.
     #[error("the name is blank")]
     BlankName,
-    /// The name holds control characters or is too long.
-    #[error("the name must be at most {MAX_NAME_BYTES} bytes with no control characters")]
-    MalformedName,
+    /// The name is too long.
+    #[error("the name is {0} bytes, over the cap of {MAX_NAME_BYTES}")]
+    NameTooLong(usize),
+    /// The name holds a control character.
+    #[error("the name holds control character {}", describe_control(*.0))]
+    NameControl(char),
     /// The name is dsh-env's own, the owner shown for the built-in keys.
     #[error("the name `{BUILTIN_OWNER}` is reserved for dsh-env's built-in keys")]
     ReservedName,
     /// Another contributor has this name.
-    #[error("a contributor with this name is already registered")]
-    DuplicateName,
+    #[error(
+        "a contributor with this name is already registered, from {}; this one is from {}",
+        escape_controls(.first),
+        escape_controls(.second)
+    )]
+    DuplicateName {
+        /// Where the registered one came from.
+        first: String,
+        /// Where the refused one came from.
+        second: String,
+    },
     /// Too many keys.
     #[error("declares {count} keys, over the cap of {cap}")]
     TooManyKeys {
@@ -66,9 +78,12 @@ pub enum DeclarationProblem {
     /// The description is blank.
     #[error("the description is blank")]
     BlankDescription,
-    /// The description holds control characters or is too long.
-    #[error("the description must be one line of at most {MAX_DESCRIPTION_BYTES} bytes")]
-    MalformedDescription,
+    /// The description is too long.
+    #[error("the description is {0} bytes, over the cap of {MAX_DESCRIPTION_BYTES}")]
+    DescriptionTooLong(usize),
+    /// The description holds a control character (it must be one line).
+    #[error("the description holds control character {} (it must be one line)", describe_control(*.0))]
+    DescriptionControl(char),
     /// The key appears twice in the declaration.
     #[error("the key is declared twice")]
     DuplicateKey,
@@ -130,8 +145,10 @@ impl Declaration {
         };
         if raw.name.trim().is_empty() {
             fail(None, DeclarationProblem::BlankName);
-        } else if raw.name.len() > MAX_NAME_BYTES || raw.name.chars().any(char::is_control) {
-            fail(None, DeclarationProblem::MalformedName);
+        } else if raw.name.len() > MAX_NAME_BYTES {
+            fail(None, DeclarationProblem::NameTooLong(raw.name.len()));
+        } else if let Some(c) = raw.name.chars().find(|c| c.is_control()) {
+            fail(None, DeclarationProblem::NameControl(c));
         } else if raw.name.trim().eq_ignore_ascii_case(BUILTIN_OWNER) {
             // Listed as the owner of its keys, it would pass for a built-in.
             fail(None, DeclarationProblem::ReservedName);
@@ -153,10 +170,11 @@ impl Declaration {
             }
             if description.trim().is_empty() {
                 fail(Some(key), DeclarationProblem::BlankDescription);
-            } else if description.len() > MAX_DESCRIPTION_BYTES
-                || description.chars().any(char::is_control)
-            {
-                fail(Some(key), DeclarationProblem::MalformedDescription);
+            } else if description.len() > MAX_DESCRIPTION_BYTES {
+                let bytes = description.len();
+                fail(Some(key), DeclarationProblem::DescriptionTooLong(bytes));
+            } else if let Some(c) = description.chars().find(|c| c.is_control()) {
+                fail(Some(key), DeclarationProblem::DescriptionControl(c));
             }
         }
         found

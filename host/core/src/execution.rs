@@ -1,6 +1,10 @@
 //! The facts of one tool execution, as the host sees them.
 
-use crate::input::{control_character, describe_control};
+use std::collections::BTreeMap;
+
+use serde::de::IgnoredAny;
+
+use crate::input::{control_character, describe_control, escape_controls};
 
 /// Whether the caller waits for the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,7 +86,27 @@ pub enum ExecutionJsonError {
         /// The first control character found.
         character: char,
     },
+    /// The agent's working directory is not an absolute path.
+    #[error(
+        "invalid execution JSON: field `agent.session.header.cwd` must be an absolute path, \
+         not `{}`",
+        escape_controls(.0)
+    )]
+    RelativeCwd(String),
 }
+
+/// The top-level fields of the reference harness's `ToolExecution`: those
+/// read here, `arguments` (never read), and the harness's own that a
+/// contributor has no use for (`token`). Any other is likely a typo.
+pub const KNOWN_FIELDS: [&str; 7] = [
+    "callId",
+    "rootCallId",
+    "name",
+    "arguments",
+    "background",
+    "agent",
+    "token",
+];
 
 /// The reference harness's `ToolExecution` JSON shape. Only the fields below
 /// are read; `arguments` (including any `env` or `stdin` in it) never reaches
@@ -142,6 +166,11 @@ impl ToolExecution {
                 return Err(ExecutionJsonError::ControlCharacter { field, character });
             }
         }
+        if let Some(header) = header
+            && !std::path::Path::new(&header.cwd).is_absolute()
+        {
+            return Err(ExecutionJsonError::RelativeCwd(header.cwd.clone()));
+        }
         Ok(ToolExecution {
             root_call_id: json.root_call_id.unwrap_or_else(|| json.call_id.clone()),
             call_id: json.call_id,
@@ -158,6 +187,21 @@ impl ToolExecution {
                 depth: agent.depth,
             }),
         })
+    }
+}
+
+impl ToolExecution {
+    /// [`ToolExecution::from_json`], and the top-level fields it does not
+    /// know (see [`KNOWN_FIELDS`]), sorted: a caller warns about them.
+    pub fn from_json_noting_unknown(text: &str) -> Result<(Self, Vec<String>), ExecutionJsonError> {
+        let execution = Self::from_json(text)?;
+        // It parsed as an object above, so it parses as a map here.
+        let fields: BTreeMap<String, IgnoredAny> = serde_json::from_str(text)?;
+        let unknown = fields
+            .into_keys()
+            .filter(|field| !KNOWN_FIELDS.contains(&field.as_str()))
+            .collect();
+        Ok((execution, unknown))
     }
 }
 
@@ -253,6 +297,39 @@ mod tests {
         ));
         let tab = r#"{"callId":"c\td","name":"bash"}"#;
         assert_eq!(ToolExecution::from_json(tab).unwrap().call_id, "c\td");
+    }
+
+    #[test]
+    fn unknown_fields_are_named_and_the_harness_own_pass() {
+        let text = r#"{"callId":"c","name":"bash","token":"t","agnet":{},"zeta":1}"#;
+        let (execution, unknown) = ToolExecution::from_json_noting_unknown(text).unwrap();
+        assert_eq!(execution, ToolExecution::new("c", "bash"));
+        assert_eq!(unknown, ["agnet", "zeta"]);
+    }
+
+    #[test]
+    fn a_relative_cwd_is_refused() {
+        for cwd in ["work", "", "./w", "~/w"] {
+            let text = format!(
+                r#"{{"callId":"c","name":"bash","agent":{{"session":{{"header":{{"id":"s","cwd":"{cwd}"}}}}}}}}"#
+            );
+            let err = ToolExecution::from_json(&text).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid execution JSON: field `agent.session.header.cwd` must be an \
+                     absolute path, not `{cwd}`"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn the_example_file_parses_with_no_unknown_field() {
+        let text = include_str!("../../../contributors/execution.json");
+        let (execution, unknown) = ToolExecution::from_json_noting_unknown(text).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert!(execution.agent.is_some());
     }
 
     #[test]

@@ -84,6 +84,15 @@ impl DshHome {
     /// Decides the home from explicit settings (all must agree), then
     /// `$DSH_HOME` (blank counts as unset), then `~/.dsh`.
     pub fn resolve(explicit: &[HomeSetting], context: &HomeContext) -> Result<Self, HomeError> {
+        Self::resolve_explained(explicit, context).map(|(home, _)| home)
+    }
+
+    /// [`DshHome::resolve`], and where the home came from: the first
+    /// explicit setting's origin, `$DSH_HOME`, or `default ~/.dsh`.
+    pub fn resolve_explained(
+        explicit: &[HomeSetting],
+        context: &HomeContext,
+    ) -> Result<(Self, String), HomeError> {
         let mut chosen: Option<(&str, PathBuf)> = None;
         for setting in explicit {
             if setting.path.trim().is_empty() {
@@ -105,19 +114,18 @@ impl DshHome {
                 None => chosen = Some((&setting.origin, path)),
             }
         }
-        let path = match chosen {
-            Some((_, path)) => path,
+        let (origin, path) = match chosen {
+            Some((origin, path)) => (origin.to_string(), path),
             None => match context
                 .dsh_home_var
                 .as_deref()
                 .filter(|v| !v.trim().is_empty())
             {
-                Some(var) => absolutize(var, context)?,
-                None => context
-                    .user_home
-                    .clone()
-                    .ok_or(HomeError::NoUserHome)?
-                    .join(".dsh"),
+                Some(var) => ("$DSH_HOME".to_string(), absolutize(var, context)?),
+                None => {
+                    let user_home = context.user_home.clone().ok_or(HomeError::NoUserHome)?;
+                    ("default ~/.dsh".to_string(), user_home.join(".dsh"))
+                }
             },
         };
         let path = normalize(&path);
@@ -130,7 +138,7 @@ impl DshHome {
                 character,
             });
         }
-        Ok(DshHome(text.to_string()))
+        Ok((DshHome(text.to_string()), origin))
     }
 
     /// An already absolute directory, taken as it is (e.g. a test's temp dir).
@@ -215,6 +223,20 @@ mod tests {
             DshHome::resolve(&[], &context(None)).unwrap().as_str(),
             "/users/ada/.dsh"
         );
+    }
+
+    #[test]
+    fn the_origin_of_the_home_is_named() {
+        let origin = |explicit: &[HomeSetting], var| {
+            DshHome::resolve_explained(explicit, &context(var))
+                .unwrap()
+                .1
+        };
+        let both = [setting("--home", "/h"), setting("m.toml", "/h")];
+        assert_eq!(origin(&both, Some("/v")), "--home");
+        assert_eq!(origin(&both[1..], Some("/v")), "m.toml");
+        assert_eq!(origin(&[], Some("/v")), "$DSH_HOME");
+        assert_eq!(origin(&[], None), "default ~/.dsh");
     }
 
     #[test]

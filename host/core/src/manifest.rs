@@ -2,7 +2,7 @@
 //! grants and failure policy. TOML; unknown fields are errors.
 //!
 //! ```toml
-//! home = "~/.dsh"                 # optional
+//! home = "~/.dsh"                 # optional; relative to this file
 //!
 //! [trust]                         # optional: minisign keys trusted to sign
 //! keys = ["RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3"]
@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::home::HomeSetting;
 use crate::input::{FileError, MAX_MANIFEST_BYTES, read_regular_text};
 use crate::signature::{SignatureError, Trust};
 use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
@@ -164,16 +165,33 @@ impl Manifest {
         })
     }
 
+    /// The manifest's `home` as a setting naming this file: a relative
+    /// path is resolved against the manifest's folder, as contributor
+    /// paths are (`~` is left for [`crate::DshHome::resolve`] to expand).
+    pub fn home_setting(&self) -> Option<HomeSetting> {
+        let home = self.home.as_ref()?;
+        let path = if home.trim().is_empty() || home.starts_with('~') {
+            home.clone()
+        } else {
+            self.base_dir.join(home).display().to_string()
+        };
+        Some(HomeSetting {
+            origin: self.origin.clone(),
+            path,
+        })
+    }
+
     /// The absolute (or cwd-relative) path of a contributor's component.
     pub fn component_path(&self, entry: &ContributorEntry) -> PathBuf {
         self.base_dir.join(&entry.path)
     }
 }
 
-/// The TOML error with its line and column, on one line.
+/// The TOML error with its line and column, on one line, and a hint when
+/// an entry was written as a table instead of an array of tables.
 fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim();
-    match error.span() {
+    let mut described = match error.span() {
         Some(span) => {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;
@@ -181,7 +199,11 @@ fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
             format!("line {line}, column {column}: {message}")
         }
         None => message.to_string(),
+    };
+    if text.lines().any(|line| line.trim() == "[contributor]") {
+        described.push_str(" (hint: write each entry as `[[contributor]]`, not `[contributor]`)");
     }
+    described
 }
 
 #[cfg(test)]
@@ -246,6 +268,33 @@ path = "/abs/b.wasm"
             err.contains("line 1") && err.contains("unknown field `homes`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_single_bracket_entry_gets_a_hint() {
+        let err = parse("[contributor]\npath = \"a.wasm\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.ends_with("(hint: write each entry as `[[contributor]]`, not `[contributor]`)"),
+            "{err}"
+        );
+        let err = parse("[[contributor]]\npath = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hint"), "{err}");
+    }
+
+    #[test]
+    fn a_relative_home_is_resolved_against_the_manifest_folder() {
+        let home = |text: &str| parse(text).unwrap().home_setting().map(|s| s.path);
+        assert_eq!(home("home = \"h\"\n").as_deref(), Some("/base/h"));
+        assert_eq!(home("home = \"../h\"\n").as_deref(), Some("/base/../h"));
+        assert_eq!(home("home = \"/abs\"\n").as_deref(), Some("/abs"));
+        assert_eq!(home("home = \"~/h\"\n").as_deref(), Some("~/h"));
+        assert_eq!(home(""), None);
+        let setting = parse("home = \"h\"\n").unwrap().home_setting().unwrap();
+        assert_eq!(setting.origin, "m.toml");
     }
 
     #[test]

@@ -61,6 +61,22 @@ pub enum FailureCause {
     Output(#[from] OutputProblem),
 }
 
+impl FailureCause {
+    /// A stable identifier of the kind of failure, for JSON.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            FailureCause::Guest(GuestFailure::Deadline(_)) => "deadline",
+            FailureCause::Guest(GuestFailure::ResourceLimit(_)) => "resource-limit",
+            FailureCause::Guest(GuestFailure::StackOverflow) => "stack-overflow",
+            FailureCause::Guest(GuestFailure::Fuel(_)) => "fuel",
+            FailureCause::Guest(GuestFailure::Trap { .. }) => "trap",
+            FailureCause::Guest(GuestFailure::GuestError(_)) => "guest-error",
+            FailureCause::Guest(GuestFailure::Instantiate(_)) => "instantiate",
+            FailureCause::Output(_) => "output",
+        }
+    }
+}
+
 /// The declared keys, so that a failure names what went missing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct KeysNote(String);
@@ -164,6 +180,16 @@ pub struct KeyListing {
 enum Resolver {
     Wasm(Box<WasmResolver>),
     Native(Arc<dyn NativeContributor>),
+}
+
+impl Resolver {
+    /// Where it came from: the component's origin, or `native`.
+    fn origin(&self) -> String {
+        match self {
+            Resolver::Wasm(wasm) => wasm.component.origin().to_string(),
+            Resolver::Native(_) => "native".to_string(),
+        }
+    }
 }
 
 /// A registered component, and the instance made ahead of its next call.
@@ -474,8 +500,8 @@ impl Registry {
         let mut problems = Declaration::problems(&raw, component.limits());
         if problems.is_empty() {
             let declaration = Declaration::validate(raw.clone(), component.limits());
-            if let Err(conflict) =
-                declaration.and_then(|d| check_against(&d, &self.inner.snapshot()))
+            if let Err(conflict) = declaration
+                .and_then(|d| check_against(&d, component.origin(), &self.inner.snapshot()))
             {
                 problems.push(conflict);
             }
@@ -547,7 +573,7 @@ impl Registry {
             on_error,
         });
         self.inner.update(|map| {
-            check_against(&entry.declaration, map)?;
+            check_against(&entry.declaration, &entry.resolver.origin(), map)?;
             map.insert(name.clone(), entry);
             Ok::<(), DeclarationError>(())
         })?;
@@ -571,7 +597,7 @@ impl Registry {
                 let grants = component.map(|c| c.grants().clone()).unwrap_or_default();
                 ContributorListing {
                     name: name.clone(),
-                    origin: component.map_or_else(|| "native".into(), |c| c.origin().into()),
+                    origin: entry.resolver.origin(),
                     sha256: component.map(|c| c.sha256().to_string()),
                     signer: component.map_or(Signer::Unsigned, |c| c.signer().clone()),
                     env_grants: grants.env.into_iter().map(|(name, _)| name).collect(),
@@ -770,8 +796,10 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
 }
 
 /// The rules that need the other contributors: a unique name, unowned keys.
+/// `origin` is where the new one comes from.
 fn check_against(
     declaration: &Declaration,
+    origin: &str,
     registered: &BTreeMap<String, Arc<Entry>>,
 ) -> Result<(), DeclarationError> {
     let fail = |key: Option<&DshKey>, problem| DeclarationError {
@@ -779,8 +807,14 @@ fn check_against(
         key: key.map(DshKey::to_string),
         problem,
     };
-    if registered.contains_key(declaration.name()) {
-        return Err(fail(None, DeclarationProblem::DuplicateName));
+    if let Some(first) = registered.get(declaration.name()) {
+        return Err(fail(
+            None,
+            DeclarationProblem::DuplicateName {
+                first: first.resolver.origin(),
+                second: origin.to_string(),
+            },
+        ));
     }
     for (key, _) in declaration.keys() {
         if let Some(owner) = registered

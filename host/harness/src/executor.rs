@@ -179,7 +179,10 @@ impl ShellExecutor for LocalExecutor {
     }
 }
 
-fn spawn(request: &ShellExecRequest) -> Result<(Child, Option<Vec<u8>>), ExecError> {
+/// `bash -c <command>` for `request`, in its workdir, with exactly the
+/// promised environment; stdio, process group and `stdin` bytes are left to
+/// the caller (`dsh-env run` hands the command its own terminal).
+pub fn shell_command(request: &ShellExecRequest) -> Result<Command, ExecError> {
     let environment = child_environment(
         std::env::vars_os(),
         &request.env,
@@ -192,7 +195,13 @@ fn spawn(request: &ShellExecRequest) -> Result<(Child, Option<Vec<u8>>), ExecErr
         .arg(&request.command)
         .current_dir(&request.workdir)
         .env_clear()
-        .envs(environment)
+        .envs(environment);
+    Ok(command)
+}
+
+fn spawn(request: &ShellExecRequest) -> Result<(Child, Option<Vec<u8>>), ExecError> {
+    let mut command = shell_command(request)?;
+    command
         .stdin(if request.stdin.is_some() {
             Stdio::piped()
         } else {

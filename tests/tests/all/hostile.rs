@@ -221,18 +221,72 @@ async fn deep_recursion_is_a_stack_overflow() {
     );
 }
 
-#[tokio::test]
-async fn a_trap_in_resolve_is_named() {
-    assert!(matches!(
-        guest_failure("trap", quick()).await,
-        GuestFailure::Trap(_)
-    ));
+/// A trap's last words, or a failure naming what it got instead.
+fn last_words(failure: &GuestFailure) -> &str {
+    match failure {
+        GuestFailure::Trap {
+            last_words: Some(words),
+            ..
+        } => words,
+        other => panic!("expected a trap with last words, got {other:?}"),
+    }
 }
 
 #[tokio::test]
-async fn a_panic_in_declare_is_named() {
-    let failure = declare_failure(hostile_declare(&[("declare", "trap")]).await);
-    assert!(matches!(failure, GuestFailure::Trap(_)), "{failure}");
+async fn a_trap_in_resolve_is_named_with_the_panic_message() {
+    let failure = guest_failure("trap", quick()).await;
+    assert!(
+        last_words(&failure).contains("puppet was told to trap"),
+        "{failure:?}"
+    );
+    let shown = failure.to_string();
+    assert!(
+        shown.starts_with(
+            "trap: wasm `unreachable` instruction executed; the guest's stderr ended: \
+             thread '<unnamed>'"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("puppet was told to trap"), "{shown}");
+    assert!(!shown.contains('\n'), "one line: {shown}");
+}
+
+#[tokio::test]
+async fn a_panic_in_declare_is_named_with_the_panic_message() {
+    let failure = declare_failure(hostile_declare(&[("declare", "trap:declare broke")]).await);
+    assert!(last_words(&failure).contains("declare broke"), "{failure}");
+}
+
+#[tokio::test]
+async fn last_words_are_the_end_of_a_flood_stripped_and_escaped() {
+    let failure = guest_failure(
+        "print:20000+trap:first\x1b[31m red\x07\nsecond line",
+        quick(),
+    )
+    .await;
+    let words = last_words(&failure);
+    assert!(words.ends_with("first red\nsecond line"), "{words:?}");
+    assert!(words.len() <= 512, "{} bytes", words.len());
+    assert!(
+        words.starts_with("red and a bell"),
+        "starts at a whole line: {words:?}"
+    );
+    assert!(
+        !words.contains(|c: char| c.is_control() && c != '\n'),
+        "{words:?}"
+    );
+    let shown = failure.to_string();
+    assert!(shown.contains("first red\\nsecond line"), "{shown}");
+    assert!(!shown.contains(['\n', '\u{1b}']), "{shown}");
+
+    // Within the log cap, however small.
+    let tiny = Limits {
+        max_log_bytes: 16,
+        ..quick()
+    };
+    let failure = guest_failure("trap:0123456789abcdefghijklmnopqrstuvwxyz", tiny).await;
+    let words = last_words(&failure);
+    assert!(words.len() <= 16 + '…'.len_utf8(), "{words:?}");
 }
 
 #[tokio::test]
@@ -501,7 +555,7 @@ async fn a_thousand_traps_then_a_healthy_execution() {
             .await
             .unwrap_err();
         assert!(
-            matches!(err.cause, FailureCause::Guest(GuestFailure::Trap(_))),
+            matches!(err.cause, FailureCause::Guest(GuestFailure::Trap { .. })),
             "{i}: {err}"
         );
     }

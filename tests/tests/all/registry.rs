@@ -219,9 +219,13 @@ async fn rejects_a_duplicate_name_and_changes_nothing() {
         .await
         .err()
         .unwrap();
+    let puppet_path = artifacts::PUPPET;
     assert_eq!(
         err.to_string(),
-        "contributor `dup`: a contributor with this name is already registered"
+        format!(
+            "contributor `dup`: a contributor with this name is already registered, from \
+             {puppet_path}; this one is from {puppet_path}"
+        )
     );
     assert_eq!(registry.list(), before);
 }
@@ -491,7 +495,7 @@ async fn reports_a_trap_in_resolve_naming_contributor_and_keys() {
     .await;
     assert_eq!((err.contributor.as_str(), err.phase), ("p", Phase::Resolve));
     assert!(
-        matches!(err.cause, FailureCause::Guest(GuestFailure::Trap(_))),
+        matches!(err.cause, FailureCause::Guest(GuestFailure::Trap { .. })),
         "{err}"
     );
     assert!(
@@ -528,7 +532,8 @@ async fn reports_failures_in_declare_by_origin() {
     for (how, check) in [
         (
             "trap",
-            (|f: &GuestFailure| matches!(f, GuestFailure::Trap(_))) as fn(&GuestFailure) -> bool,
+            (|f: &GuestFailure| matches!(f, GuestFailure::Trap { .. }))
+                as fn(&GuestFailure) -> bool,
         ),
         ("loop", |f| matches!(f, GuestFailure::Deadline(_))),
     ] {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
 
+use crate::input::escape_controls;
 use crate::limits::{Limits, bounded};
 
 /// Which call of a contributor failed.
@@ -42,15 +43,51 @@ pub enum GuestFailure {
     /// The fuel (instruction) budget ran out.
     #[error("fuel budget of {0} exhausted")]
     Fuel(u64),
-    /// Any other trap.
-    #[error("trap: {}", .0.escape_debug())]
-    Trap(String),
+    /// Any other trap (a panic, an uncaught exception), with the end of
+    /// what the guest wrote to stderr before it: its own account of why.
+    #[error("trap: {}{}", .trap.escape_debug(), LastWords(.last_words))]
+    Trap {
+        /// The trap, as wasmtime names it.
+        trap: String,
+        /// The end of the guest's stderr, control sequences stripped.
+        last_words: Option<String>,
+    },
     /// `resolve` returned `err(message)`.
     #[error("guest error: {}", .0.escape_debug())]
     GuestError(String),
     /// No instance could be created.
     #[error("cannot instantiate: {}", .0.escape_debug())]
     Instantiate(String),
+}
+
+impl GuestFailure {
+    /// A trap without last words.
+    pub(super) fn trap(trap: String) -> Self {
+        GuestFailure::Trap {
+            trap,
+            last_words: None,
+        }
+    }
+
+    /// Gives a trap the guest's `last_words`; other failures stay as they are.
+    pub(super) fn with_last_words(mut self, words: Option<String>) -> Self {
+        if let GuestFailure::Trap { last_words, .. } = &mut self {
+            *last_words = words;
+        }
+        self
+    }
+}
+
+/// Shows a trap's last words after it, escaped onto the error's one line.
+struct LastWords<'a>(&'a Option<String>);
+
+impl fmt::Display for LastWords<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(words) => write!(f, "; the guest's stderr ended: {}", escape_controls(words)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Maps a wasmtime error to the failure a user can act on.
@@ -71,9 +108,14 @@ pub(super) fn classify(
         Some(Trap::Interrupt) => GuestFailure::Deadline(limits.deadline),
         Some(Trap::StackOverflow) => GuestFailure::StackOverflow,
         Some(Trap::OutOfFuel) => GuestFailure::Fuel(limits.fuel.unwrap_or(u64::MAX)),
-        Some(trap) => GuestFailure::Trap(trap.to_string()),
+        // "trap: wasm trap: …" would say it twice.
+        Some(trap) => GuestFailure::trap(
+            (trap.to_string())
+                .trim_start_matches("wasm trap: ")
+                .to_string(),
+        ),
         None if instantiating => GuestFailure::Instantiate(bounded(&format!("{err:#}"), 1024)),
-        None => GuestFailure::Trap(bounded(&format!("{err:#}"), 1024)),
+        None => GuestFailure::trap(bounded(&format!("{err:#}"), 1024)),
     }
 }
 

@@ -402,7 +402,9 @@ impl Sandbox {
                 };
                 self.finish(component, name, fresh, slot, Ok(outcome))
             }
-            Ok(Err(join)) => Err(GuestFailure::Trap(join.to_string())),
+            Ok(Err(join)) => {
+                Err(GuestFailure::trap(join.to_string()).with_last_words(stderr.last_words()))
+            }
             Err(_) => {
                 abort.abort();
                 log_output(name, &stdout, &stderr);
@@ -539,7 +541,7 @@ impl Sandbox {
             )),
         };
         self.retire(store, slot);
-        result
+        result.map_err(|failure| failure.with_last_words(fresh.stderr.last_words()))
     }
 
     /// Keeps a finished store for [`Sandbox::reclaim`], or drops it now when

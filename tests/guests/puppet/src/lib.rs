@@ -13,7 +13,8 @@
 //!   instance has resolved, `{cwd}` the agent's cwd, and `\0`, `\n`, `\r`,
 //!   `\t` a NUL, newline, carriage return, tab.
 //!
-//! Misbehaviours: `trap` (panic), `loop`, `grow` (allocate without bound),
+//! Misbehaviours (several joined by `+` are acted out in turn, until one
+//! decides the result): `trap` or `trap:<message>` (panic), `loop`, `grow` (allocate without bound),
 //! `recurse` (unbounded recursion), `sleep:<ms>` (a WASI clock sleep),
 //! `big:<bytes>` (one huge value for the first key), `many:<n>` (n pairs),
 //! `print:<bytes>` (write to stdout and stderr, with terminal escapes, then
@@ -53,8 +54,14 @@ fn recurse(depth: u64) -> u64 {
     std::hint::black_box(recurse(std::hint::black_box(depth + 1))) + 1
 }
 
-/// Acts out `how`. Returns `Some` when the behaviour decides the result.
+/// Acts out each of `how`'s `+`-joined misbehaviours in turn. Returns `Some`
+/// when one decides the result.
 fn misbehave(how: &str) -> Option<Result<Pairs, String>> {
+    how.split('+').find_map(misbehave_once)
+}
+
+/// Acts out one misbehaviour. Returns `Some` when it decides the result.
+fn misbehave_once(how: &str) -> Option<Result<Pairs, String>> {
     let (verb, argument) = how.split_once(':').unwrap_or((how, ""));
     let number = || argument.parse::<usize>().unwrap_or(0);
     let probe = |result: std::io::Result<String>| {
@@ -65,7 +72,8 @@ fn misbehave(how: &str) -> Option<Result<Pairs, String>> {
         )
     };
     match verb {
-        "trap" => panic!("puppet was told to trap"),
+        "trap" if argument.is_empty() => panic!("puppet was told to trap"),
+        "trap" => panic!("{argument}"),
         "loop" =>
         {
             #[allow(clippy::empty_loop)]

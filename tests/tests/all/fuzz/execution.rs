@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use dsh_env::ToolExecution;
+use dsh_env::execution::KNOWN_FIELDS;
 use dsh_env_tests::rules::text_is_clean;
 
 use super::case::{CaseGuard, each_case};
@@ -106,15 +107,6 @@ fn push_field(rng: &mut Rng, fields: &mut Vec<String>, name: &str, good: &str) -
     }
 }
 
-const EXECUTION_FIELDS: [&str; 6] = [
-    "callId",
-    "rootCallId",
-    "name",
-    "arguments",
-    "background",
-    "agent",
-];
-
 /// A document with each field left out, written wrongly, twice, or well.
 fn execution_case(rng: &mut Rng) -> ExecutionCase {
     let mut fields: Vec<String> = Vec::new();
@@ -144,11 +136,17 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     }
     let agent = rng.one_in(2).then(|| dsh_env::Agent {
         session_id: text(rng, 40),
-        cwd: text(rng, 60),
+        // Mostly absolute: a relative cwd is refused.
+        cwd: if rng.one_in(4) {
+            text(rng, 60)
+        } else {
+            format!("/{}", text(rng, 60))
+        },
         parent_session_id: rng.one_in(2).then(|| text(rng, 40)),
         depth: *rng.pick(&[0, 1, 7, u32::MAX]),
     });
     if let Some(agent) = &agent {
+        clean &= agent.cwd.starts_with('/');
         let parent = match &agent.parent_session_id {
             Some(p) => format!(",\"parentId\":{}", json_string(p)),
             None => rng.pick(&["", ",\"parentId\":null"]).to_string(),
@@ -174,7 +172,7 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     }
     if rng.one_in(3) {
         let (name, junk) = (text(rng, 20), json_junk(rng, 0));
-        clean &= json_ok_at(&junk, 1) && !EXECUTION_FIELDS.contains(&name.as_str());
+        clean &= json_ok_at(&junk, 1) && !KNOWN_FIELDS.contains(&name.as_str());
         fields.push(format!("{}:{junk}", json_string(&name)));
     }
     let turn = rng.below(fields.len().max(1));
