@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use dsh_env::OnError;
-use dsh_env::environment::{ScrubReason, scrub_reason};
+use dsh_env::environment::EnvRule;
 use dsh_env::input::escape_controls;
 use serde_json::json;
 
@@ -23,8 +23,8 @@ pub(crate) struct Args {
 
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let (_execution, (registry, _registrations), collection, home_origin) =
-        args.call.collect_explained(false).await?;
+    let (_execution, registered, collection) = args.call.collect(false).await?;
+    let (registry, home_origin) = (&registered.registry, &registered.home_origin);
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
         .into_iter()
@@ -47,10 +47,20 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             json!({"key": key, "value": value, "owner": owner, "description": description})
         })
         .collect();
-    let mut scrubbed: Vec<(String, ScrubReason)> = std::env::vars_os()
+    // Every inherited variable the child does not get, and every one the
+    // manifest's `[environment] set` gives it, with the rule.
+    let policy = &registered.environment;
+    let mut scrubbed: Vec<(String, EnvRule)> = std::env::vars_os()
         .filter_map(|(name, value)| {
-            let reason = scrub_reason(&name, &value)?;
-            Some((name.to_string_lossy().into_owned(), reason))
+            let rule = policy.inherited_rule(&name, &value)?;
+            Some((name.to_string_lossy().into_owned(), rule))
+        })
+        .collect();
+    let set: Vec<_> = (policy.set.iter())
+        .map(|(name, value)| match policy.set_rule(name, value) {
+            None => json!({"name": name, "rule": "set", "reason": "set by [environment] set"}),
+            Some(rule) => json!({"name": name, "rule": rule.rule(),
+                "reason": format!("set by [environment] set, then removed: {rule}")}),
         })
         .collect();
     scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
@@ -74,6 +84,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             "absent": absent,
             "contributors": contributors,
             "scrubbed": scrubbed,
+            "set": set,
             "omitted": omitted,
         }));
         return Ok(ExitCode::SUCCESS);
@@ -104,7 +115,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     println!(
         "DSH_HOME: {} (from {})",
         escape_controls(registry.home().as_str()),
-        escape_controls(&home_origin)
+        escape_controls(home_origin)
     );
     println!("Contributors:");
     for contributor in &contributors {
@@ -137,6 +148,13 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     }
     for (name, reason) in &scrubbed {
         println!("  {}: {reason}", escape_controls(name));
+    }
+    if !set.is_empty() {
+        println!("Set by the manifest's [environment]:");
+    }
+    for row in &set {
+        let field = |name: &str| escape_controls(row[name].as_str().unwrap_or_default());
+        println!("  {}: {}", field("name"), field("reason"));
     }
     for err in &collection.omitted {
         println!("Omitted: {}", escape_controls(&err.to_string()));

@@ -18,7 +18,8 @@ pub(crate) struct Args {
 
 /// Prints the registry's keys.
 pub(crate) async fn run(Args { setup, json }: Args) -> CliResult<ExitCode> {
-    let (registry, _registrations) = setup.open().await?;
+    let registered = setup.open().await?;
+    let registry = &registered.registry;
     let rows = registry.list();
     if json {
         print_json(&rows);

@@ -163,10 +163,8 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup } => {
-            let (registry, registrations) = setup.open().await?;
-            serve::serve(registry, registrations)
-                .await
-                .map_err(Failure::runtime)?;
+            let registered = setup.open().await?;
+            serve::serve(registered).await.map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -8,7 +8,6 @@
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
@@ -62,17 +61,15 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
 
 /// [`run`], with dsh-env's failures still in their usual codes.
 async fn run_command(args: Args) -> CliResult<ExitCode> {
-    let (execution, _registered, collection) = args.call.collect(args.background).await?;
-    let workdir = match &execution.agent {
-        Some(agent) => PathBuf::from(&agent.cwd),
-        None => std::env::current_dir().map_err(Failure::runtime)?,
-    };
-    let mut request = ShellExecRequest::new(
+    let (execution, registered, collection) = args.call.collect(args.background).await?;
+    let mut request = ShellExecRequest::for_execution(
         shell_command_line(&args.command),
-        workdir,
+        &execution,
         collection.overlay,
-    );
+    )
+    .map_err(Failure::runtime)?;
     request.env = args.env.into_iter().collect();
+    request.environment = registered.environment;
     let mut command = shell_command(&request).map_err(Failure::runtime)?;
     let spawn_failure = |source| {
         Failure::runtime(ExecError::Spawn {

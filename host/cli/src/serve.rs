@@ -20,6 +20,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::setup::Registered;
+use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,
@@ -126,6 +128,8 @@ struct ExecParams {
 
 struct Server {
     registry: Registry,
+    /// The manifest's `[environment]`, for `exec`'s children.
+    environment: EnvironmentPolicy,
     /// What `grants.env` may copy, read once at startup.
     host_env: HostEnv,
     /// Held only between awaits, never across one.
@@ -209,13 +213,13 @@ async fn write_responses(mut responses: mpsc::UnboundedReceiver<Outgoing>) -> st
 }
 
 /// Serves requests until stdin closes and every request read is answered.
-pub(crate) async fn serve(registry: Registry, initial: Vec<Registration>) -> std::io::Result<()> {
+pub(crate) async fn serve(registered: Registered) -> std::io::Result<()> {
     let server = Arc::new(Server {
-        registry,
+        registry: registered.registry,
+        environment: registered.environment,
         host_env: HostEnv::from_process(),
         registrations: Mutex::new(
-            initial
-                .into_iter()
+            (registered.registrations.into_iter())
                 .map(|r| (r.name().to_string(), r))
                 .collect(),
         ),
@@ -448,6 +452,7 @@ impl Server {
         let mut request = ShellExecRequest::for_execution(params.command, &execution, overlay)
             .map_err(RpcError::app)?;
         request.env = params.env;
+        request.environment = self.environment.clone();
         request.stdin = params.stdin.map(String::into_bytes);
         if let Some(ms) = params.timeout_ms {
             request.timeout = Duration::from_millis(ms);

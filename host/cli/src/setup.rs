@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
@@ -37,8 +38,18 @@ impl Failure {
 /// A command's outcome.
 pub(crate) type CliResult<T = ()> = Result<T, Failure>;
 
-/// A registry and the registrations that keep its contributors registered.
-pub(crate) type Registered = (Registry, Vec<Registration>);
+/// A registry, the registrations that keep its contributors registered, and
+/// what the manifest says about children and the home.
+pub(crate) struct Registered {
+    /// The registry.
+    pub(crate) registry: Registry,
+    /// Its contributors stay registered while these live.
+    pub(crate) registrations: Vec<Registration>,
+    /// The manifest's `[environment]` (the default without a manifest).
+    pub(crate) environment: EnvironmentPolicy,
+    /// Where the home came from: `--home`, the manifest, `$DSH_HOME` or the default.
+    pub(crate) home_origin: String,
+}
 
 /// `--manifest` and `--home`.
 #[derive(Args)]
@@ -76,25 +87,16 @@ impl Call {
         &self,
         background: bool,
     ) -> CliResult<(ToolExecution, Registered, Collection)> {
-        let (execution, registered, collection, _) = self.collect_explained(background).await?;
-        Ok((execution, registered, collection))
-    }
-
-    /// [`Call::collect`], and where the home came from (see [`resolve_home`]).
-    pub(crate) async fn collect_explained(
-        &self,
-        background: bool,
-    ) -> CliResult<(ToolExecution, Registered, Collection, String)> {
         let mut execution = self.execution.load()?;
         if background {
             execution = execution.with_mode(Mode::Background);
         }
-        let (registered, home_origin) = self.setup.open_explained().await?;
-        let collection = (registered.0)
+        let registered = self.setup.open().await?;
+        let collection = (registered.registry)
             .collect_report(&execution)
             .await
             .map_err(Failure::runtime)?;
-        Ok((execution, registered, collection, home_origin))
+        Ok((execution, registered, collection))
     }
 }
 
@@ -135,16 +137,10 @@ fn resolve_home_explained(
 }
 
 impl Setup {
-    /// Resolves the home, opens a registry, and registers the manifest's contributors.
+    /// Resolves the home, opens a registry, and registers the manifest's
+    /// contributors. A contributor failure while collecting later is a
+    /// runtime error (exit 1).
     pub(crate) async fn open(&self) -> CliResult<Registered> {
-        self.open_explained()
-            .await
-            .map(|(registered, _)| registered)
-    }
-
-    /// [`Setup::open`], and where the home came from. A contributor failure
-    /// while collecting later is a runtime error (exit 1).
-    async fn open_explained(&self) -> CliResult<(Registered, String)> {
         let manifest = self
             .manifest
             .as_deref()
@@ -153,14 +149,22 @@ impl Setup {
             .map_err(Failure::config)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
         let registry = open_home_registry(home)?;
-        let registrations = match &manifest {
-            Some(manifest) => registry
-                .register_manifest(manifest, &HostEnv::from_process())
-                .await
-                .map_err(Failure::config)?,
-            None => Vec::new(),
+        let (registrations, environment) = match &manifest {
+            Some(manifest) => (
+                (registry
+                    .register_manifest(manifest, &HostEnv::from_process())
+                    .await)
+                    .map_err(Failure::config)?,
+                manifest.environment().map_err(Failure::config)?,
+            ),
+            None => (Vec::new(), EnvironmentPolicy::default()),
         };
-        Ok(((registry, registrations), home_origin))
+        Ok(Registered {
+            registry,
+            registrations,
+            environment,
+            home_origin,
+        })
     }
 }
 

@@ -1909,3 +1909,59 @@ fn run_passes_a_signal_on_to_the_command_and_exits_as_it_did() {
     );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "term\n");
 }
+
+#[test]
+fn the_manifests_environment_policy_shapes_the_child_and_explain_names_each_rule() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "policy.toml",
+        &format!(
+            "[environment]\ninherit = \"core\"\nexclude = [\"USER\"]\n\
+             set = {{ CI = \"1\", DEPLOY_TOKEN = \"t\" }}\n\n\
+             [[contributor]]\npath = {AGENT_LINEAGE:?}\n"
+        ),
+    );
+    let parent_env = [("USER", "me"), ("EDITOR", "vi"), ("SHELL", "/bin/sh")];
+    let home = f.home();
+    let mut args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    args.extend(["--", "env"]);
+    let output = f.run(&args, &parent_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let seen = stdout(&output);
+    let vars: Vec<(&str, &str)> = seen.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    // Core names stay, others go; exclude beats core; set adds; the scrub
+    // still removes a credential that set would add; the overlay is there.
+    assert_eq!(
+        (get("SHELL"), get("CI"), get("DSH_SHELL")),
+        (Some("/bin/sh"), Some("1"), Some("1"))
+    );
+    assert!(get("PATH").is_some());
+    assert_eq!(
+        (get("USER"), get("EDITOR"), get("DEPLOY_TOKEN")),
+        (None, None, None)
+    );
+
+    let mut args = f.with_setup("explain", manifest.to_str().unwrap(), &home);
+    args.push("--json");
+    let output = f.run(&args, &parent_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let explained = json(&output);
+    let rule_of = |list: &str, name: &str| {
+        (explained[list].as_array().unwrap().iter())
+            .find(|row| row["name"] == name)
+            .map(|row| row["rule"].as_str().unwrap().to_string())
+    };
+    assert_eq!(rule_of("scrubbed", "EDITOR").as_deref(), Some("inherit"));
+    assert_eq!(rule_of("scrubbed", "USER").as_deref(), Some("exclude"));
+    assert_eq!(rule_of("set", "CI").as_deref(), Some("set"));
+    assert_eq!(rule_of("set", "DEPLOY_TOKEN").as_deref(), Some("name-part"));
+
+    // A DSH_* name in set is refused, naming it.
+    let bad = f.write(
+        "bad.toml",
+        "[environment]\nset = { DSH_SESSION_ID = \"x\" }\n",
+    );
+    let output = f.run(&["list", "--manifest", bad.to_str().unwrap()], &[]);
+    assert_config_error(&output, &["bad.toml", "DSH_SESSION_ID", "only the overlay"]);
+}

@@ -114,7 +114,9 @@ impl From<&ManifestError> for Culprit {
             ManifestError::Read(err) => (&err.path, None),
             ManifestError::Parse { path, .. } => (path, None),
             ManifestError::Entry { path, source, .. } => (path, Culprit::from(source).limit),
-            ManifestError::Trust { path, .. } => (path, None),
+            ManifestError::Trust { path, .. } | ManifestError::Environment { path, .. } => {
+                (path, None)
+            }
         };
         Culprit {
             file: Some(file.clone()),

@@ -2,15 +2,22 @@
 //! environment, the caller's ordinary env and the overlay.
 //!
 //! The child's environment is built in this order, later entries winning:
-//! 1. the inherited environment, minus every `DSH_*` name (case-insensitive)
-//!    and minus credentials, by the table of [`ScrubPolicy`];
+//! 1. the inherited environment as the harness author's
+//!    [`EnvironmentPolicy`] shapes it (`[environment]` in the manifest:
+//!    `inherit`, `exclude`, `set`, `include_only`), then minus every `DSH_*`
+//!    name (case-insensitive) and minus credentials, by the table of
+//!    [`ScrubPolicy`], which always applies last;
 //! 2. the terminal settings for model-driven shells ([`TERMINAL_SETTINGS`]);
 //! 3. the caller's ordinary `env` (no `DSH_*` name allowed);
 //! 4. the overlay.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
+use std::fmt;
 
+use serde::Deserialize;
+
+use crate::input::escape_controls;
 use crate::key::is_managed_name;
 use crate::overlay::Overlay;
 
@@ -186,6 +193,226 @@ fn has_url_password(value: &str) -> bool {
 pub fn scrub_reason(name: &OsStr, value: &OsStr) -> Option<ScrubReason> {
     ScrubPolicy::default().reason(name, value)
 }
+/// Which inherited variables a child starts from (`[environment] inherit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inherit {
+    /// Every inherited variable (then the rest of the policy and the scrub).
+    #[default]
+    All,
+    /// Only [`CORE_NAMES`].
+    Core,
+    /// None.
+    None,
+}
+
+/// The variables `inherit = "core"` keeps (Codex's core set).
+pub const CORE_NAMES: [&str; 9] = [
+    "HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP",
+];
+
+/// A variable-name pattern of `[environment]`: `*` matches any run of
+/// characters and `?` one, in any case (`AWS_*`, `*_PROXY`).
+#[derive(Debug, Clone)]
+pub struct NamePattern {
+    text: String,
+    regex: regex::Regex,
+}
+
+impl NamePattern {
+    /// The pattern `text`.
+    pub fn new(text: &str) -> Result<Self, PolicyError> {
+        let body: String = (text.split_inclusive(['*', '?']))
+            .map(|part| match part.strip_suffix(['*', '?']) {
+                Some(literal) if part.ends_with('*') => format!("{}.*", regex::escape(literal)),
+                Some(literal) => format!("{}.", regex::escape(literal)),
+                None => regex::escape(part),
+            })
+            .collect();
+        let regex = regex::RegexBuilder::new(&format!("^(?:{body})$"))
+            .case_insensitive(true)
+            .build()
+            .map_err(|_| PolicyError::Pattern(text.to_string()))?;
+        Ok(NamePattern {
+            text: text.to_string(),
+            regex,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.regex.is_match(name)
+    }
+}
+
+impl PartialEq for NamePattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for NamePattern {}
+
+/// What a child inherits, as a harness author tunes it: `[environment]` in
+/// the manifest, after Codex's `shell_environment_policy`. Applied in the
+/// order `inherit`, `exclude`, `set`, `include_only`; the [`ScrubPolicy`]
+/// (the `DSH_*` namespace and credentials) always applies after it, to what
+/// `set` adds too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvironmentPolicy {
+    /// Which inherited variables the child starts from.
+    pub inherit: Inherit,
+    /// Inherited variables removed, by name pattern.
+    pub exclude: Vec<NamePattern>,
+    /// Variables every child gets (no `DSH_*` name).
+    pub set: BTreeMap<String, String>,
+    /// When not empty, only variables matching one of these are kept.
+    pub include_only: Vec<NamePattern>,
+    /// The credential and `DSH_*` scrub, applied last.
+    pub scrub: ScrubPolicy,
+}
+
+/// Why an `[environment]` table cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A name pattern that does not compile.
+    #[error("environment pattern `{}` is invalid", escape_controls(.0))]
+    Pattern(String),
+    /// `set` names a variable in the managed namespace.
+    #[error("environment.set cannot set `{}`: only the overlay sets DSH_* names", escape_controls(.0))]
+    ManagedName(String),
+    /// `set` names something that cannot be a variable, or a value with NUL.
+    #[error("environment.set `{}` is not a valid variable (empty name, `=` or NUL)", escape_controls(.0))]
+    InvalidVariable(String),
+}
+
+/// Why a variable is not in the child, or how `set` put it there; never
+/// holds a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvRule {
+    /// Not inherited under `inherit = "core"` or `"none"`.
+    NotInherited(Inherit),
+    /// Removed by this `exclude` pattern.
+    Excluded(String),
+    /// Matched no `include_only` pattern.
+    NotIncluded,
+    /// Removed by the scrub.
+    Scrubbed(ScrubReason),
+}
+
+impl EnvRule {
+    /// A stable identifier of the rule, for JSON.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            EnvRule::NotInherited(_) => "inherit",
+            EnvRule::Excluded(_) => "exclude",
+            EnvRule::NotIncluded => "include-only",
+            EnvRule::Scrubbed(reason) => reason.rule(),
+        }
+    }
+}
+
+impl fmt::Display for EnvRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvRule::NotInherited(Inherit::Core) => f.write_str("[environment] inherit = \"core\""),
+            EnvRule::NotInherited(_) => f.write_str("[environment] inherit = \"none\""),
+            EnvRule::Excluded(pattern) => {
+                write!(f, "[environment] exclude `{}`", escape_controls(pattern))
+            }
+            EnvRule::NotIncluded => f.write_str("matches no [environment] include_only pattern"),
+            EnvRule::Scrubbed(reason) => reason.fmt(f),
+        }
+    }
+}
+
+impl EnvironmentPolicy {
+    /// The policy from `[environment]`'s fields, checked.
+    pub fn new(
+        inherit: Inherit,
+        exclude: &[String],
+        set: BTreeMap<String, String>,
+        include_only: &[String],
+    ) -> Result<Self, PolicyError> {
+        let patterns = |texts: &[String]| -> Result<Vec<NamePattern>, PolicyError> {
+            texts.iter().map(|t| NamePattern::new(t)).collect()
+        };
+        for (name, value) in &set {
+            if is_managed_name(name) {
+                return Err(PolicyError::ManagedName(name.clone()));
+            }
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(PolicyError::InvalidVariable(name.clone()));
+            }
+        }
+        Ok(EnvironmentPolicy {
+            inherit,
+            exclude: patterns(exclude)?,
+            set,
+            include_only: patterns(include_only)?,
+            scrub: ScrubPolicy::default(),
+        })
+    }
+
+    /// The rule that keeps the inherited `name=value` out of the child, if any.
+    pub fn inherited_rule(&self, name: &OsStr, value: &OsStr) -> Option<EnvRule> {
+        if let Some(text) = name.to_str() {
+            match self.inherit {
+                Inherit::All => {}
+                Inherit::Core if CORE_NAMES.contains(&text) => {}
+                other => return Some(EnvRule::NotInherited(other)),
+            }
+            if let Some(pattern) = self.exclude.iter().find(|p| p.matches(text)) {
+                return Some(EnvRule::Excluded(pattern.text.clone()));
+            }
+            if self.set.contains_key(text) {
+                // Replaced by `set`, which [`Self::set_rule`] judges.
+                return None;
+            }
+        }
+        self.kept_rule(name, value)
+    }
+
+    /// The rule that keeps the `set` variable `name=value` out of the child, if any.
+    pub fn set_rule(&self, name: &str, value: &str) -> Option<EnvRule> {
+        self.kept_rule(OsStr::new(name), OsStr::new(value))
+    }
+
+    /// `include_only`, then the scrub.
+    fn kept_rule(&self, name: &OsStr, value: &OsStr) -> Option<EnvRule> {
+        let included = self.include_only.is_empty()
+            || name
+                .to_str()
+                .is_some_and(|text| self.include_only.iter().any(|p| p.matches(text)));
+        if !included {
+            return Some(EnvRule::NotIncluded);
+        }
+        self.scrub.reason(name, value).map(EnvRule::Scrubbed)
+    }
+
+    /// The base of a child's environment: `inherited` and `set`, as the
+    /// policy and the scrub leave them.
+    fn base(
+        &self,
+        inherited: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> BTreeMap<OsString, OsString> {
+        let mut base: BTreeMap<OsString, OsString> = (inherited.into_iter())
+            .filter(|(name, value)| self.inherited_rule(name, value).is_none())
+            .collect();
+        base.extend(
+            (self.set.iter())
+                .filter(|(name, value)| self.set_rule(name, value).is_none())
+                .map(|(name, value)| (name.into(), value.into())),
+        );
+        base
+    }
+}
+
 /// Why the caller's ordinary `env` cannot be given to a child.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvError {
@@ -201,13 +428,13 @@ pub enum EnvError {
 }
 
 /// The child's environment, in spawn order. `inherited` is normally
-/// `std::env::vars_os()`, less what `scrub` removes (names that are not
-/// UTF-8 always).
+/// `std::env::vars_os()`, shaped by `policy` (names that are not UTF-8 are
+/// always removed).
 pub fn child_environment(
     inherited: impl IntoIterator<Item = (OsString, OsString)>,
     env: &BTreeMap<String, String>,
     dsh_env: &Overlay,
-    scrub: &ScrubPolicy,
+    policy: &EnvironmentPolicy,
 ) -> Result<BTreeMap<OsString, OsString>, EnvError> {
     for (name, value) in env {
         if is_managed_name(name) {
@@ -220,10 +447,7 @@ pub fn child_environment(
             return Err(EnvError::NulInValue(name.clone()));
         }
     }
-    let mut child: BTreeMap<OsString, OsString> = inherited
-        .into_iter()
-        .filter(|(name, value)| scrub.reason(name, value).is_none())
-        .collect();
+    let mut child = policy.base(inherited);
     child.extend(TERMINAL_SETTINGS.iter().map(|(k, v)| (k.into(), v.into())));
     child.extend(env.iter().map(|(k, v)| (k.into(), v.into())));
     child.extend(dsh_env.iter().map(|(k, v)| (k.as_str().into(), v.into())));
@@ -324,7 +548,10 @@ mod tests {
         assert_eq!(of("GH_TOKEN"), None);
         assert_eq!(of("gh_token"), Some(ScrubReason::NamePart("TOKEN")));
         assert_eq!(of("DSH_X"), Some(ScrubReason::ManagedNamespace));
-        let ssh = ScrubPolicy::also_scrubbing(["SSH_AUTH_SOCK"]);
+        let ssh = EnvironmentPolicy {
+            scrub: ScrubPolicy::also_scrubbing(["SSH_AUTH_SOCK"]),
+            ..EnvironmentPolicy::default()
+        };
         let built = child_environment(
             vars(&[("SSH_AUTH_SOCK", "/s"), ("PATH", "/bin")]),
             &BTreeMap::new(),
@@ -381,7 +608,7 @@ mod tests {
             inherited,
             &env,
             &Overlay::default(),
-            &ScrubPolicy::default(),
+            &EnvironmentPolicy::default(),
         )
         .unwrap();
         let get = |k: &str| built.get(&OsString::from(k)).map(|v| v.to_str().unwrap());
@@ -412,7 +639,7 @@ mod tests {
                 vars(&[]),
                 &env,
                 &Overlay::default(),
-                &ScrubPolicy::default(),
+                &EnvironmentPolicy::default(),
             )
             .unwrap_err()
             .to_string()
@@ -424,5 +651,71 @@ mod tests {
         assert!(refuse("dsh_x", "1").contains("`dsh_x` is in the managed"));
         assert!(refuse("A=B", "1").contains("invalid"));
         assert!(refuse("A", "x\0y").contains("NUL"));
+    }
+
+    #[test]
+    fn the_policy_shapes_what_is_inherited_and_the_scrub_still_applies() {
+        let policy = EnvironmentPolicy::new(
+            Inherit::All,
+            &["aws_*".to_string(), "?_PROXY".to_string()],
+            BTreeMap::from([
+                ("CI".to_string(), "1".to_string()),
+                ("DEPLOY_TOKEN".to_string(), "set".to_string()),
+            ]),
+            &[
+                "PATH".to_string(),
+                "HOME".to_string(),
+                "C*".to_string(),
+                "DEPLOY_*".to_string(),
+            ],
+        )
+        .unwrap();
+        let inherited = vars(&[
+            ("PATH", "/bin"),
+            ("HOME", "/h"),
+            ("AWS_REGION", "eu"),
+            ("X_PROXY", "p"),
+            ("COLUMNS", "80"),
+            ("EDITOR", "vi"),
+            ("CI", "0"),
+        ]);
+        let built =
+            child_environment(inherited, &BTreeMap::new(), &Overlay::default(), &policy).unwrap();
+        let get = |k: &str| built.get(&OsString::from(k)).map(|v| v.to_str().unwrap());
+        assert_eq!(
+            (get("PATH"), get("HOME"), get("COLUMNS")),
+            (Some("/bin"), Some("/h"), Some("80"))
+        );
+        assert_eq!(get("CI"), Some("1"), "set replaces the inherited value");
+        assert_eq!(
+            (get("AWS_REGION"), get("X_PROXY"), get("EDITOR")),
+            (None, None, None)
+        );
+        assert_eq!(
+            get("DEPLOY_TOKEN"),
+            None,
+            "the scrub applies to what set adds"
+        );
+        let rule = |name: &str| policy.inherited_rule(OsStr::new(name), OsStr::new("v"));
+        assert_eq!(rule("AWS_REGION"), Some(EnvRule::Excluded("aws_*".into())));
+        assert_eq!(rule("EDITOR"), Some(EnvRule::NotIncluded));
+        assert_eq!(
+            policy.set_rule("DEPLOY_TOKEN", "set"),
+            Some(EnvRule::Scrubbed(ScrubReason::NamePart("TOKEN")))
+        );
+
+        let core = EnvironmentPolicy::new(Inherit::Core, &[], BTreeMap::new(), &[]).unwrap();
+        let of = |name: &str| core.inherited_rule(OsStr::new(name), OsStr::new("v"));
+        assert_eq!(of("PATH"), None);
+        assert_eq!(of("EDITOR"), Some(EnvRule::NotInherited(Inherit::Core)));
+        assert_eq!(
+            EnvironmentPolicy::new(
+                Inherit::All,
+                &[],
+                BTreeMap::from([("DSH_X".into(), "1".into())]),
+                &[]
+            ),
+            Err(PolicyError::ManagedName("DSH_X".into()))
+        );
     }
 }

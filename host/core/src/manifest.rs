@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::environment::{EnvironmentPolicy, Inherit, PolicyError};
 use crate::home::HomeSetting;
 use crate::input::{FileError, MAX_MANIFEST_BYTES, read_regular_text};
 use crate::signature::{SignatureError, Trust};
@@ -46,6 +47,9 @@ pub struct Manifest {
     /// Whose signatures are trusted.
     #[serde(default)]
     pub trust: TrustEntry,
+    /// What the commands' children inherit.
+    #[serde(default)]
+    pub environment: EnvironmentEntry,
     /// The contributors, in file order.
     #[serde(default, rename = "contributor")]
     pub contributors: Vec<ContributorEntry>,
@@ -67,6 +71,25 @@ pub struct TrustEntry {
     /// Whether an unsigned contributor is refused.
     #[serde(default)]
     pub require_signature: bool,
+}
+
+/// `[environment]`: what a command's child inherits, after Codex's
+/// `shell_environment_policy`; the scrub always applies after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentEntry {
+    /// `"all"` (default), `"core"` or `"none"`.
+    #[serde(default)]
+    pub inherit: Inherit,
+    /// Inherited names removed, by pattern (`*`, `?`; any case).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Variables every child gets.
+    #[serde(default)]
+    pub set: std::collections::BTreeMap<String, String>,
+    /// When not empty, only names matching one of these are kept.
+    #[serde(default)]
+    pub include_only: Vec<String>,
 }
 
 /// Why a manifest could not be used.
@@ -94,6 +117,14 @@ pub enum ManifestError {
         /// What is wrong.
         source: SpecError,
     },
+    /// `[environment]` is invalid.
+    #[error("invalid manifest {path}: {source}")]
+    Environment {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        source: PolicyError,
+    },
     /// `[trust]` is invalid.
     #[error("invalid manifest {path}: {source}")]
     Trust {
@@ -116,6 +147,7 @@ impl Manifest {
     pub fn parse(text: &str, origin: &str, base_dir: PathBuf) -> Result<Self, ManifestError> {
         let manifest = Self::parse_unchecked(text, origin, base_dir)?;
         manifest.specs(&HostEnv::default())?;
+        manifest.environment()?;
         Ok(manifest)
     }
 
@@ -153,6 +185,21 @@ impl Manifest {
                 Ok(spec)
             })
             .collect()
+    }
+
+    /// The validated `[environment]` policy.
+    pub fn environment(&self) -> Result<EnvironmentPolicy, ManifestError> {
+        let entry = &self.environment;
+        EnvironmentPolicy::new(
+            entry.inherit,
+            &entry.exclude,
+            entry.set.clone(),
+            &entry.include_only,
+        )
+        .map_err(|source| ManifestError::Environment {
+            path: self.origin.clone(),
+            source,
+        })
     }
 
     /// The validated `[trust]` table.

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dsh_env::Overlay;
-use dsh_env::environment::{EnvError, ScrubPolicy, child_environment};
+use dsh_env::environment::{EnvError, EnvironmentPolicy, child_environment};
 use dsh_env::input::is_executable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
@@ -38,8 +38,8 @@ pub struct ShellExecRequest {
     pub dsh_env: Overlay,
     /// Bytes kept per output stream.
     pub output_cap: usize,
-    /// Which inherited variables the child does not get.
-    pub scrub: ScrubPolicy,
+    /// What the child inherits: the harness's policy, then the scrub.
+    pub environment: EnvironmentPolicy,
 }
 
 impl ShellExecRequest {
@@ -54,7 +54,7 @@ impl ShellExecRequest {
             env: BTreeMap::new(),
             dsh_env,
             output_cap: DEFAULT_OUTPUT_CAP,
-            scrub: ScrubPolicy::default(),
+            environment: EnvironmentPolicy::default(),
         }
     }
 
@@ -187,7 +187,7 @@ pub fn shell_command(request: &ShellExecRequest) -> Result<Command, ExecError> {
         std::env::vars_os(),
         &request.env,
         &request.dsh_env,
-        &request.scrub,
+        &request.environment,
     )?;
     let mut command = Command::new(shell_program(&environment, &request.workdir));
     command

@@ -62,7 +62,7 @@ async fn the_request_carries_its_scrub_policy() {
         .unwrap();
     assert_ne!(kept.stdout, b"unset");
     let mut req = request(command, overlay().await);
-    req.scrub = ScrubPolicy::also_scrubbing(["home"]);
+    req.environment.scrub = ScrubPolicy::also_scrubbing(["home"]);
     let scrubbed = LocalExecutor.run(req).await.unwrap();
     assert_eq!(String::from_utf8(scrubbed.stdout).unwrap(), "unset");
 }
