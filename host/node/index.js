@@ -130,8 +130,17 @@ class Registry {
   }
 
   /** Collects, then runs `command` with bash in the agent's cwd with the overlay. */
-  exec(execution, command, options = {}) {
-    return guard(() => this.#native.exec(execution, command, options.env, options.stdin, options.timeoutMs));
+  async exec(execution, command, options = {}) {
+    const report = await guard(() =>
+      this.#native.exec(execution, command, options.env, options.stdin, options.timeoutMs),
+    );
+    return {
+      exitCode: report.exit_code,
+      stdout: report.stdout,
+      stderr: report.stderr,
+      timedOut: report.timed_out,
+      truncated: report.truncated,
+    };
   }
 }
 

@@ -26,7 +26,7 @@ use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,
 };
-use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
+use dsh_env_harness::{ExecError, ExecReport, LocalExecutor, ShellExecRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -461,13 +461,7 @@ impl Server {
             ExecError::Env(env) => RpcError::app(&err).naming(env),
             _ => RpcError::app(&err),
         })?;
-        Ok(json!({
-            "exit_code": output.exit_code,
-            "stdout": String::from_utf8_lossy(&output.stdout),
-            "stderr": String::from_utf8_lossy(&output.stderr),
-            "timed_out": output.timed_out,
-            "truncated": output.truncated,
-        }))
+        serde_json::to_value(ExecReport::from(output)).map_err(RpcError::app)
     }
 
     /// The execution in `execution` (the reference harness's JSON), and its

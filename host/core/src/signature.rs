@@ -15,13 +15,14 @@ use crate::input::{ReadProblem, escape_controls, read_regular_text};
 /// plus its trusted comment.
 pub const MAX_SIGNATURE_BYTES: u64 = 8 << 10;
 
-/// A minisign key id, shown as minisign shows it (16 uppercase hex digits).
+/// A minisign key id, shown as minisign shows it: uppercase hex, without
+/// leading zeros.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KeyId([u8; 8]);
 
 impl fmt::Display for KeyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016X}", u64::from_le_bytes(self.0))
+        write!(f, "{:X}", u64::from_le_bytes(self.0))
     }
 }
 

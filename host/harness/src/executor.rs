@@ -109,6 +109,34 @@ pub struct ExecOutput {
     /// Whether the timeout killed the process group.
     pub timed_out: bool,
 }
+/// An [`ExecOutput`] as a harness reports it over JSON: the output as text
+/// (invalid UTF-8 replaced), field names in snake_case.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExecReport {
+    /// Exit code; `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// Captured stdout, up to the cap.
+    pub stdout: String,
+    /// Captured stderr, up to the cap.
+    pub stderr: String,
+    /// Whether the timeout killed the process group.
+    pub timed_out: bool,
+    /// Whether stdout or stderr went over the cap and was cut.
+    pub truncated: bool,
+}
+
+impl From<ExecOutput> for ExecReport {
+    fn from(output: ExecOutput) -> Self {
+        ExecReport {
+            exit_code: output.exit_code,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            timed_out: output.timed_out,
+            truncated: output.truncated,
+        }
+    }
+}
+
 /// A command running in the background.
 #[derive(Debug)]
 pub struct BackgroundHandle {

@@ -22,5 +22,6 @@ pub mod tool;
 pub struct ReadmeDoctests;
 
 pub use executor::{
-    BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecRequest, ShellExecutor,
+    BackgroundHandle, ExecError, ExecOutput, ExecReport, LocalExecutor, ShellExecRequest,
+    ShellExecutor,
 };

@@ -17,7 +17,7 @@ use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, RegistryError, Runtime, ToolExecution,
 };
-use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
+use dsh_env_harness::{ExecError, ExecReport, LocalExecutor, ShellExecRequest};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{Value, json};
@@ -184,7 +184,7 @@ impl Registry {
     /// environment, then `env`, then the overlay.
     #[napi(
         ts_args_type = "execution: object, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number",
-        ts_return_type = "Promise<{ exitCode: number | null; stdout: string; stderr: string; timedOut: boolean; truncated: boolean }>"
+        ts_return_type = "Promise<{ exit_code: number | null; stdout: string; stderr: string; timed_out: boolean; truncated: boolean }>"
     )]
     pub async fn exec(
         &self,
@@ -204,13 +204,7 @@ impl Registry {
             request.timeout = Duration::from_millis(ms.into());
         }
         let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
-        Ok(json!({
-            "exitCode": output.exit_code,
-            "stdout": String::from_utf8_lossy(&output.stdout),
-            "stderr": String::from_utf8_lossy(&output.stderr),
-            "timedOut": output.timed_out,
-            "truncated": output.truncated,
-        }))
+        serde_json::to_value(ExecReport::from(output)).map_err(invalid)
     }
 }
 
