@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dsh_env::{ArtifactCache, DshHome, HomeContext, HostEnv, Manifest};
+use dsh_env::{DshHome, HomeContext, HostEnv, Manifest};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::agent::{AgentLoop, CallRecord, ScriptedModel};
 use dsh_env_harness::hooks::{HookDialect, Hooks};
@@ -14,6 +14,7 @@ use dsh_env_harness::session::{Session, SessionStore, new_session_id};
 use dsh_env_harness::tool::BashTool;
 use serde_json::json;
 
+use crate::cache::home_cache;
 use crate::setup::{CliResult, Failure, open_registry};
 
 /// What every scripted shell runs: print the managed environment.
@@ -27,8 +28,8 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
     // The home is new each run; the compiled components are kept in the
     // user's own cache ($DSH_HOME or ~/.dsh), so only the first run compiles.
     let cache = match DshHome::resolve(&[], &HomeContext::from_process()) {
-        Ok(user_home) => ArtifactCache::new(user_home.path().join("cache")),
-        Err(_) => ArtifactCache::new(home_dir.join("cache")),
+        Ok(user_home) => home_cache(user_home.path())?,
+        Err(_) => home_cache(&home_dir)?,
     };
     let registry = open_registry(home, cache)?;
     let default_manifest = PathBuf::from("contributors/examples.toml");

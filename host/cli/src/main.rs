@@ -7,6 +7,7 @@
 //! naming the file, contributor, key or limit at fault.
 
 mod add;
+mod cache;
 mod check;
 mod demo;
 mod explain;
@@ -69,6 +70,9 @@ enum Command {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Show, trim or empty the home's compile cache (capped at
+    /// $DSH_CACHE_MAX_MIB, default 512 MiB, least recently used out first).
+    Cache(cache::Args),
     /// Print a completion script for a shell, e.g.
     /// `dsh-env completions bash > ~/.local/share/bash-completion/completions/dsh-env`.
     Completions {
@@ -157,6 +161,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Cache(args) => cache::run(args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "dsh-env", &mut std::io::stdout());

@@ -108,9 +108,10 @@ pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Re
     Ok(Registry::with_runtime(&runtime, home, cache))
 }
 
-/// A registry for `home`, keeping compiled components in its `cache`.
+/// A registry for `home`, keeping compiled components in its `cache`
+/// (capped as `dsh-env cache` says).
 pub(crate) fn open_home_registry(home: DshHome) -> CliResult<Registry> {
-    let cache = ArtifactCache::new(home.path().join("cache"));
+    let cache = crate::cache::home_cache(home.path())?;
     open_registry(home, cache)
 }
 

@@ -15,10 +15,11 @@
 //!   same (or lower) limits fails at once instead of compiling again;
 //! - `<path>-<engine>.alias`: a component file's path and identity, hashed,
 //!   naming the `<content>` of its bytes;
-//! - `<inputs>-<engine>.declaration`: what a component declared, keyed by its
-//!   content and everything `declare` can see (config, env grants, limits),
-//!   so that registering from a warm cache need not instantiate the guest.
-//!   The host checks a remembered declaration by the same rules as a fresh one.
+//! - `<content>-<inputs>-<engine>.declaration`: what a component declared,
+//!   keyed by its content and everything else `declare` can see (config, env
+//!   grants, limits), so that registering from a warm cache need not
+//!   instantiate the guest. The host checks a remembered declaration by the
+//!   same rules as a fresh one.
 //!
 //! A load whose alias and seal match the files' current identities reads
 //! neither the component nor the artifact. Any write to either file changes
@@ -27,17 +28,25 @@
 //! Entries are only ever replaced by rename, never rewritten in place, so a
 //! mapped artifact does not change under a running guest.
 //!
+//! The directory has a size cap ([`ArtifactCache::with_max_bytes`], default
+//! [`DEFAULT_MAX_BYTES`]); see [`evict`] for how entries are used and evicted.
+//!
 //! An artifact is native code the host maps and runs, so the directory must
 //! be writable by this user alone: it is created with mode 0700, and one (or
 //! a parent, the home) that is owned by another user or writable by its
 //! group or others is not used at all (with a warning): every load then
 //! compiles, maps from memory, and writes nothing there.
 
+mod evict;
+
 use std::fs;
 use std::hash::{Hash, Hasher};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -47,6 +56,12 @@ use crate::atomic_file;
 use crate::compile::{Bounds, CompileError};
 use crate::declaration::RawDeclaration;
 
+pub use evict::{CacheError, CachedEntry, Eviction};
+
+/// The default size cap of a cache directory: room for a dozen Python or
+/// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+
 /// Bumped when the directory's layout changes, so old entries are ignored.
 const LAYOUT: &str = "v3";
 
@@ -54,8 +69,30 @@ const LAYOUT: &str = "v3";
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
     dir: PathBuf,
-    /// Whether `dir` is safe to use (decided once, on first use).
-    usable: Arc<OnceLock<bool>>,
+    /// Whether `dir` is safe to use, or why not (decided once, on first use).
+    usable: Arc<OnceLock<Result<(), String>>>,
+    /// The size the directory is cut back to after a write that exceeds it.
+    max_bytes: u64,
+    /// The entries of components this process holds, which its own
+    /// evictions keep (see [`Held`]).
+    held: Arc<Mutex<HashMap<String, Weak<str>>>>,
+}
+
+/// Keeps a cache entry from this process's evictions while a component
+/// loaded from it (or being loaded) lives: a registered component's artifact
+/// is the one its next process wants, and two components loaded at once
+/// must not evict each other.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// Alive while the hold is: the weak map entry upgrades.
+    _stem: Arc<str>,
+}
+
+/// A loaded component, the SHA-256 of its bytes, and its hold on its entry.
+pub(crate) struct Loaded {
+    pub(crate) component: Component,
+    pub(crate) content: String,
+    pub(crate) held: Held,
 }
 
 /// One artifact, its seal and its failure record.
@@ -80,7 +117,21 @@ impl ArtifactCache {
         ArtifactCache {
             dir: dir.into(),
             usable: Arc::default(),
+            max_bytes: DEFAULT_MAX_BYTES,
+            held: Arc::default(),
         }
+    }
+
+    /// The same cache, cut back to `max_bytes` (least recently used entries
+    /// first) after each write of an artifact that makes it larger.
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The size cap writes keep the directory within.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
     /// Where the artifacts live.
@@ -92,16 +143,21 @@ impl ArtifactCache {
     /// that only this user can write, in a parent others cannot change. Warns
     /// once when it is not.
     fn usable(&self) -> bool {
-        *self.usable.get_or_init(|| match prepare(&self.dir) {
-            Ok(()) => true,
-            Err(why) => {
+        self.checked().is_ok()
+    }
+
+    /// [`Self::usable`], or why not.
+    fn checked(&self) -> &Result<(), String> {
+        self.usable.get_or_init(|| {
+            let checked = prepare(&self.dir);
+            if let Err(why) = &checked {
                 tracing::warn!(
                     "not using the compile cache {}: {why}; compiling every time and \
                      writing nothing there",
                     self.dir.display()
                 );
-                false
             }
+            checked
         })
     }
 
@@ -114,7 +170,7 @@ impl ArtifactCache {
         path: &Path,
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<(Component, String), String> {
+    ) -> Result<Loaded, String> {
         let tag = engine_tag(engine);
         let before = Identity::of(path).filter(|_| self.usable());
         let alias = before.as_ref().and_then(|identity| {
@@ -125,21 +181,28 @@ impl ArtifactCache {
         if let Some(alias) = &alias
             && let Ok(content) = fs::read_to_string(alias)
             && is_digest(&content)
-            && let Some(component) = self.open(engine, &self.entry(&content, &tag))
         {
-            return Ok((component, content));
+            let entry = self.entry(&content, &tag);
+            let held = self.hold(&entry);
+            if let Some(component) = self.open(engine, &entry) {
+                return Ok(Loaded {
+                    component,
+                    content,
+                    held,
+                });
+            }
         }
         let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
             .map_err(|e| e.problem.to_string())?;
-        let (component, content) = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
+        let loaded = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
             && Identity::of(path) == before
-            && let Err(err) = self.write(&alias, content.as_bytes())
+            && let Err(err) = self.write(&alias, loaded.content.as_bytes())
         {
             tracing::warn!("cannot store cache alias {}: {err}", alias.display());
         }
-        Ok((component, content))
+        Ok(loaded)
     }
 
     /// The component for `bytes`, and the SHA-256 of `bytes`: mapped from a
@@ -152,28 +215,40 @@ impl ArtifactCache {
         bytes: &[u8],
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<(Component, String), String> {
+    ) -> Result<Loaded, String> {
         self.load_keyed(engine, bytes, &engine_tag(engine), bounds, compile)
     }
 
-    /// A declaration stored by [`Self::store_declaration`] under `key`, if
-    /// there is a readable one.
-    pub(crate) fn declaration(&self, engine: &Engine, key: &str) -> Option<RawDeclaration> {
+    /// A declaration stored by [`Self::store_declaration`] under `content`
+    /// and `key`, if there is a readable one.
+    pub(crate) fn declaration(
+        &self,
+        engine: &Engine,
+        content: &str,
+        key: &str,
+    ) -> Option<RawDeclaration> {
         if !self.usable() {
             return None;
         }
-        let path = self.declaration_path(engine, key);
+        let path = self.declaration_path(engine, content, key);
         serde_json::from_slice(&fs::read(path).ok()?).ok()
     }
 
-    /// Remembers what a component declared under `key`, which must name
-    /// everything the declaration can depend on (see
-    /// `ContributorComponent::declaration_key`).
-    pub(crate) fn store_declaration(&self, engine: &Engine, key: &str, raw: &RawDeclaration) {
+    /// Remembers what the component with digest `content` declared under
+    /// `key`, which must name everything else the declaration can depend on
+    /// (see `ContributorComponent::declaration_key`). Filed under `content`,
+    /// it is evicted with that component's artifact.
+    pub(crate) fn store_declaration(
+        &self,
+        engine: &Engine,
+        content: &str,
+        key: &str,
+        raw: &RawDeclaration,
+    ) {
         if !self.usable() {
             return;
         }
-        let path = self.declaration_path(engine, key);
+        let path = self.declaration_path(engine, content, key);
         let written = serde_json::to_vec(raw)
             .map_err(std::io::Error::other)
             .and_then(|json| self.write(&path, json));
@@ -182,9 +257,9 @@ impl ArtifactCache {
         }
     }
 
-    fn declaration_path(&self, engine: &Engine, key: &str) -> PathBuf {
+    fn declaration_path(&self, engine: &Engine, content: &str, key: &str) -> PathBuf {
         let tag = engine_tag(engine);
-        self.dir.join(format!("{key}-{tag}.declaration"))
+        self.dir.join(format!("{content}-{key}-{tag}.declaration"))
     }
 
     /// [`Self::load_bytes`] for an engine `tag` already computed.
@@ -195,15 +270,21 @@ impl ArtifactCache {
         tag: &str,
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<(Component, String), String> {
+    ) -> Result<Loaded, String> {
         let content = sha256_hex(bytes);
+        let entry = self.entry(&content, tag);
+        let held = self.hold(&entry);
+        let loaded = |component| Loaded {
+            component,
+            content,
+            held,
+        };
         if !self.usable() {
             let artifact = compile(bytes).map_err(reason)?;
-            return in_memory(engine, &artifact).map(|component| (component, content));
+            return in_memory(engine, &artifact).map(loaded);
         }
-        let entry = self.entry(&content, tag);
         if let Some(component) = self.open(engine, &entry) {
-            return Ok((component, content));
+            return Ok(loaded(component));
         }
         if let Some(reason) = self.failure(&entry, bounds) {
             return Err(format!(
@@ -228,7 +309,27 @@ impl ArtifactCache {
         }
         // This process keeps the copy in memory, as when it compiled in
         // process; later ones map the stored file.
-        in_memory(engine, &artifact).map(|component| (component, content))
+        in_memory(engine, &artifact).map(loaded)
+    }
+
+    /// A hold on `entry` for the component about to be loaded from it.
+    fn hold(&self, entry: &Entry) -> Held {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(live) = held.get(&entry.stem).and_then(Weak::upgrade) {
+            return Held { _stem: live };
+        }
+        // Forget the entries of components since dropped, so the map stays
+        // as small as what this process holds.
+        held.retain(|_, hold| hold.strong_count() > 0);
+        let hold: Arc<str> = Arc::from(entry.stem.as_str());
+        held.insert(entry.stem.clone(), Arc::downgrade(&hold));
+        Held { _stem: hold }
+    }
+
+    /// Whether a component this process holds was loaded from entry `stem`.
+    fn is_held(&self, stem: &str) -> bool {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(stem).is_some_and(|hold| hold.strong_count() > 0)
     }
 
     fn entry(&self, content: &str, tag: &str) -> Entry {
@@ -262,9 +363,10 @@ impl ArtifactCache {
     }
 
     /// The entry's component, if it is sealed as it is now (or its bytes
-    /// still match the seal's digest) and this engine accepts it.
+    /// still match the seal's digest) and this engine accepts it. Records
+    /// the use on the seal (see [`evict`]).
     fn open(&self, engine: &Engine, entry: &Entry) -> Option<Component> {
-        let seal = fs::read_to_string(&entry.seal).ok()?;
+        let seal = read_and_mark_used(&entry.seal)?;
         let mut fields = seal.splitn(3, ' ');
         let (digest, sealed, filed) = (fields.next()?, fields.next()?, fields.next()?);
         if filed != entry.stem {
@@ -314,7 +416,10 @@ impl ArtifactCache {
             .ok_or_else(|| std::io::Error::other("the artifact vanished after writing"))?;
         let digest = sha256_hex(artifact);
         let seal = format!("{digest} {} {}", identity.0, entry.stem);
-        self.write(&entry.seal, seal)
+        self.write(&entry.seal, seal)?;
+        // Bounded work: one listing of the directory, and removals.
+        self.evict_after_write();
+        Ok(())
     }
 
     /// Writes `path` then renames it into place, so a reader never sees a
@@ -322,6 +427,29 @@ impl ArtifactCache {
     fn write(&self, path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
         atomic_file::write(path, contents)
     }
+}
+
+/// The seal at `path`, read through one descriptor that also tells its
+/// mtime, the entry's last use: moved to now when it is older than
+/// [`evict::USE_RESOLUTION`], so a load costs no extra system call but once
+/// in that while. The seal's own times are in no identity, so this never
+/// invalidates it.
+fn read_and_mark_used(path: &Path) -> Option<String> {
+    let mut file = fs::File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    let mut text = String::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // A seal is one short line; anything longer is not one.
+    file.by_ref().take(1024).read_to_string(&mut text).ok()?;
+    let now = SystemTime::now();
+    let stale = meta
+        .modified()
+        .ok()
+        .and_then(|used| now.duration_since(used).ok())
+        .is_none_or(|age| age > evict::USE_RESOLUTION);
+    if stale && let Err(err) = file.set_modified(now) {
+        tracing::debug!("cannot mark {} used: {err}", path.display());
+    }
+    Some(text)
 }
 
 /// The message of a compile failure.

@@ -515,12 +515,12 @@ impl Registry {
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, ContributorError> {
         let (cache, engine) = (&self.inner.cache, self.inner.runtime.sandbox.engine());
-        let key = component.declaration_key();
-        if let Some(raw) = cache.declaration(engine, &key) {
+        let (content, key) = (component.sha256(), component.declaration_key());
+        if let Some(raw) = cache.declaration(engine, content, &key) {
             return Ok(raw);
         }
         let raw = self.declare(component).await?;
-        cache.store_declaration(engine, &key, &raw);
+        cache.store_declaration(engine, content, &key, &raw);
         Ok(raw)
     }
 

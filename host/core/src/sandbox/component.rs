@@ -25,6 +25,8 @@ pub struct ContributorComponent {
     pub(super) imports: Arc<[String]>,
     pub(super) grants: Grants,
     pub(super) signer: Signer,
+    /// Keeps its cache entry from this process's evictions while it lives.
+    pub(super) _held: crate::cache::Held,
 }
 
 impl fmt::Debug for ContributorComponent {

@@ -218,7 +218,11 @@ impl Sandbox {
             }
             compiler.compile(bytes, &bounds, &tag)
         };
-        let (component, content) = match source {
+        let crate::cache::Loaded {
+            component,
+            content,
+            held,
+        } = match source {
             Source::File(path) => cache.load_file(&self.engine, path, &bounds, compile),
             Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, compile),
         }
@@ -244,6 +248,7 @@ impl Sandbox {
             imports,
             grants: Grants::default(),
             signer: crate::signature::Signer::Unsigned,
+            _held: held,
         })
     }
 
