@@ -295,3 +295,177 @@ async fn a_cache_others_can_write_is_not_used() {
         assert!(written.is_empty(), "{shared}: {written:?}");
     }
 }
+
+/// A registry in `home` (absolute) whose cache keeps within `max_bytes`.
+fn capped_registry(home: &std::path::Path, max_bytes: u64) -> Registry {
+    let home = dsh_env::DshHome::from_absolute(home).unwrap();
+    let cache = dsh_env::ArtifactCache::new(home.path().join("cache")).with_max_bytes(max_bytes);
+    Registry::with_runtime(dsh_env_tests::runtime(), home, cache)
+}
+
+/// The SHA-256 of the component at `path`.
+fn digest(path: &str) -> String {
+    dsh_env::cache::sha256_hex(&std::fs::read(path).unwrap())
+}
+
+/// The content digests of the cache's entries that hold an artifact.
+fn cached(registry: &Registry) -> std::collections::BTreeSet<String> {
+    let entries = registry.cache().entries().unwrap();
+    entries
+        .into_iter()
+        .filter(|entry| entry.artifact)
+        .filter_map(|entry| entry.content)
+        .collect()
+}
+
+/// Backdates every file of the component at `path`'s entry by `ago`, as if
+/// it had not been used since.
+fn age(registry: &Registry, path: &str, ago: std::time::Duration) {
+    let content = digest(path);
+    let when = std::time::SystemTime::now() - ago;
+    for file in std::fs::read_dir(registry.cache().dir()).unwrap() {
+        let file = file.unwrap().path();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let alias_of_it = name.ends_with(".alias")
+            && std::fs::read_to_string(&file).is_ok_and(|text| text == content);
+        if name.starts_with(&content) || alias_of_it {
+            let opened = std::fs::File::open(&file).unwrap();
+            opened.set_modified(when).unwrap();
+        }
+    }
+}
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[tokio::test]
+async fn past_its_cap_the_least_recently_used_entry_goes_and_comes_back_compiled() {
+    use artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT};
+    let home = tempfile::tempdir().unwrap();
+    let registry = dsh_env_tests::registry_at(home.path());
+    for path in [CALL_TRACE, AGENT_LINEAGE, GIT_CONTEXT] {
+        drop(registry.load_file(path.as_ref()).unwrap());
+    }
+    age(&registry, CALL_TRACE, 3 * HOUR);
+    age(&registry, AGENT_LINEAGE, 2 * HOUR);
+    age(&registry, GIT_CONTEXT, HOUR);
+    let seal_of = |path: &str| {
+        let artifact = entry_of(&registry, path).0;
+        std::fs::metadata(artifact.with_extension("seal"))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    // Loading the oldest marks it used; loading it again at once writes nothing.
+    let aged = seal_of(CALL_TRACE);
+    drop(registry.load_file(CALL_TRACE.as_ref()).unwrap());
+    let used = seal_of(CALL_TRACE);
+    assert!(used > aged + 2 * HOUR, "{used:?} {aged:?}");
+    drop(registry.load_file(CALL_TRACE.as_ref()).unwrap());
+    assert_eq!(seal_of(CALL_TRACE), used);
+
+    // Room for two: the least recently used of the three goes.
+    let entries = registry.cache().entries().unwrap();
+    let size = |path: &str| {
+        let content = digest(path);
+        let entry = entries
+            .iter()
+            .find(|e| e.content.as_ref() == Some(&content));
+        entry.unwrap().bytes
+    };
+    let keep = size(CALL_TRACE) + size(GIT_CONTEXT);
+    let eviction = registry.cache().gc(keep).unwrap();
+    assert_eq!(eviction.removed, 1, "{eviction:?}");
+    assert_eq!(eviction.freed_bytes, size(AGENT_LINEAGE));
+    assert_eq!(eviction.remaining_bytes, keep);
+    assert_eq!(
+        cached(&registry),
+        [digest(CALL_TRACE), digest(GIT_CONTEXT)].into()
+    );
+
+    // The evicted component compiles again on its next load, and runs.
+    let next = dsh_env_tests::registry_at(home.path());
+    assert_eq!(depth_of(&next, AGENT_LINEAGE).await.as_deref(), Some("0"));
+    assert!(cached(&next).contains(&digest(AGENT_LINEAGE)));
+
+    // Half an entry (as another process's eviction may leave it for a
+    // moment) is compiled again, whichever half is left.
+    for (half, gone) in [("seal", "cwasm"), ("cwasm", "seal")] {
+        let (artifact, _) = entry_of(&next, AGENT_LINEAGE);
+        std::fs::remove_file(artifact.with_extension(gone)).unwrap();
+        let again = dsh_env_tests::registry_at(home.path());
+        assert_eq!(
+            depth_of(&again, AGENT_LINEAGE).await.as_deref(),
+            Some("0"),
+            "only the {half} left"
+        );
+        assert!(artifact.with_extension(gone).exists(), "{gone} rewritten");
+    }
+}
+
+#[tokio::test]
+async fn a_write_past_the_cap_evicts_what_this_process_no_longer_holds() {
+    use artifacts::{AGENT_LINEAGE, CALL_TRACE, ECHO, GIT_CONTEXT};
+    let home = tempfile::tempdir().unwrap();
+    // Any artifact is over this cap: each write evicts all it may.
+    let registry = capped_registry(home.path(), 1);
+    let lineage = registry.load_file(AGENT_LINEAGE.as_ref()).unwrap();
+    let registration = registry.register(lineage).await.unwrap();
+    age(&registry, AGENT_LINEAGE, 3 * HOUR);
+
+    // The entry just written stays, and so does the registered one, the
+    // least recently used.
+    let trace = registry.load_file(CALL_TRACE.as_ref()).unwrap();
+    assert_eq!(
+        cached(&registry),
+        [digest(AGENT_LINEAGE), digest(CALL_TRACE)].into()
+    );
+    drop(trace);
+    drop(registry.load_file(GIT_CONTEXT.as_ref()).unwrap());
+    assert_eq!(
+        cached(&registry),
+        [digest(AGENT_LINEAGE), digest(GIT_CONTEXT)].into(),
+        "dropped, call-trace went"
+    );
+
+    // Unregistered, it goes at the next write.
+    drop(registration);
+    drop(
+        registry
+            .load_bytes("echo", &std::fs::read(ECHO).unwrap())
+            .unwrap(),
+    );
+    assert_eq!(cached(&registry), [digest(ECHO)].into());
+    // Evicted, it compiles again on its next load, and runs.
+    assert_eq!(
+        depth_of(&registry, AGENT_LINEAGE).await.as_deref(),
+        Some("0")
+    );
+    assert_eq!(cached(&registry), [digest(AGENT_LINEAGE)].into());
+}
+
+#[tokio::test]
+async fn clearing_leaves_an_empty_cache_that_works() {
+    let home = tempfile::tempdir().unwrap();
+    let registry = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    let cleared = registry.cache().clear().unwrap();
+    assert!(
+        cleared.removed >= 1 && cleared.freed_bytes > 0,
+        "{cleared:?}"
+    );
+    assert_eq!(cleared.remaining_bytes, 0);
+    let left: Vec<_> = std::fs::read_dir(registry.cache().dir()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(
+        depth_of(&registry, artifacts::AGENT_LINEAGE)
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    assert_eq!(cached(&registry), [digest(artifacts::AGENT_LINEAGE)].into());
+}

@@ -152,10 +152,12 @@ impl ArtifactCache {
 
     /// The directory, if it is one it is safe to remove files from.
     fn check_for_maintenance(&self) -> Result<(), CacheError> {
-        self.checked().clone().map_err(|reason| CacheError::Unusable {
-            dir: self.dir.clone(),
-            reason,
-        })
+        self.checked()
+            .clone()
+            .map_err(|reason| CacheError::Unusable {
+                dir: self.dir.clone(),
+                reason,
+            })
     }
 
     fn list_error(&self, source: std::io::Error) -> CacheError {
