@@ -191,14 +191,41 @@ fn evict(dir: &Path, max_bytes: u64, keep: &dyn Fn(&str) -> bool) -> std::io::Re
     Ok(eviction)
 }
 
-/// Whether a file of the entry changed after it was listed (a load marked
-/// it used, or a writer replaced it).
+/// Whether the entry was used (or rewritten) after it was listed.
 fn used_since(one: &Listed) -> bool {
-    one.paths.iter().any(|path| {
-        fs::symlink_metadata(path)
-            .and_then(|meta| meta.modified())
-            .is_ok_and(|modified| modified > one.entry.last_used)
-    })
+    let mut times = LastUse::default();
+    for path in &one.paths {
+        if let Ok(modified) = fs::symlink_metadata(path).and_then(|meta| meta.modified()) {
+            times.add(path, modified);
+        }
+    }
+    times.get() > one.entry.last_used
+}
+
+/// An entry's last use, from its files' mtimes: the newest but the
+/// artifact's, whose times are part of its identity (so a load never moves
+/// them), unless the artifact is all there is.
+#[derive(Default)]
+struct LastUse {
+    marked: Option<SystemTime>,
+    written: Option<SystemTime>,
+}
+
+impl LastUse {
+    fn add(&mut self, path: &Path, modified: SystemTime) {
+        let slot = if path.extension().is_some_and(|e| e == "cwasm") {
+            &mut self.written
+        } else {
+            &mut self.marked
+        };
+        *slot = (*slot).max(Some(modified));
+    }
+
+    fn get(&self) -> SystemTime {
+        self.marked
+            .or(self.written)
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    }
 }
 
 /// Unlinks `paths`; the bytes of those now gone (whoever removed them).
@@ -225,7 +252,7 @@ fn list(dir: &Path) -> std::io::Result<Vec<Listed>> {
         Err(err) => return Err(err),
     };
     let now = SystemTime::now();
-    let mut entries: BTreeMap<String, Listed> = BTreeMap::new();
+    let mut entries: BTreeMap<String, (Listed, LastUse)> = BTreeMap::new();
     for file in reading {
         let file = file?;
         // Not followed: a link is a file of its own here.
@@ -244,28 +271,36 @@ fn list(dir: &Path) -> std::io::Result<Vec<Listed>> {
                 .duration_since(modified)
                 .map_or(true, |age| age < PARTIAL_GRACE);
         let (id, content, engine) = owner(&name, &path);
-        let one = entries.entry(id.clone()).or_insert_with(|| Listed {
-            entry: CachedEntry {
-                id,
-                content,
-                engine,
-                artifact: false,
-                names: Vec::new(),
-                files: 0,
-                bytes: 0,
-                last_used: SystemTime::UNIX_EPOCH,
-            },
-            paths: Vec::new(),
-            evictable: true,
+        let (one, times) = entries.entry(id.clone()).or_insert_with(|| {
+            let listed = Listed {
+                entry: CachedEntry {
+                    id,
+                    content,
+                    engine,
+                    artifact: false,
+                    names: Vec::new(),
+                    files: 0,
+                    bytes: 0,
+                    last_used: SystemTime::UNIX_EPOCH,
+                },
+                paths: Vec::new(),
+                evictable: true,
+            };
+            (listed, LastUse::default())
         });
         one.entry.artifact |= name.ends_with(".cwasm") && one.entry.content.is_some();
         one.entry.files += 1;
         one.entry.bytes += meta.len();
-        one.entry.last_used = one.entry.last_used.max(modified);
+        times.add(&path, modified);
         one.evictable &= !in_progress;
         one.paths.push(path);
     }
-    let mut entries: Vec<Listed> = entries.into_values().collect();
+    let mut entries: Vec<Listed> = (entries.into_values())
+        .map(|(mut one, times)| {
+            one.entry.last_used = times.get();
+            one
+        })
+        .collect();
     entries.sort_by_key(|one| one.entry.last_used);
     Ok(entries)
 }
