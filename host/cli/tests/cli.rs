@@ -1964,7 +1964,9 @@ fn the_manifests_environment_policy_shapes_the_child_and_explain_names_each_rule
     );
     let output = f.run(&["list", "--manifest", bad.to_str().unwrap()], &[]);
     assert_config_error(&output, &["bad.toml", "DSH_SESSION_ID", "only the overlay"]);
+}
 
+#[test]
 fn cache_lists_trims_and_clears_the_homes_compile_cache() {
     let fixture = Fixture::new();
     let home = fixture.home();
