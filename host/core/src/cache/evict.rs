@@ -183,7 +183,8 @@ fn evict(dir: &Path, max_bytes: u64, keep: &dyn Fn(&str) -> bool) -> std::io::Re
             continue;
         }
         let freed = remove(&one.paths);
-        remaining -= freed;
+        // A file may have grown since the listing.
+        remaining = remaining.saturating_sub(freed);
         eviction.removed += 1;
         eviction.freed_bytes += freed;
     }
