@@ -149,7 +149,8 @@ fn listing_json(cache: &ArtifactCache, entries: &[CachedEntry]) -> serde_json::V
         .collect();
     serde_json::json!({
         "format": JSON_FORMAT,
-        "dir": cache.dir(),
+        // Lossy: a path need not be UTF-8, and JSON text must be.
+        "dir": cache.dir().to_string_lossy(),
         "max_bytes": cache.max_bytes(),
         "total_bytes": entries.iter().map(|e| e.bytes).sum::<u64>(),
         "entries": rows,
