@@ -4,15 +4,21 @@
 //!
 //! The entry gets `sha256` (the bytes reviewed) and `grants_sha256` (the
 //! grants reviewed); loading refuses either change until `add` runs again.
+//!
+//! The source is a file, or `oci://<registry>/<repository>:<tag>` (or
+//! `@sha256:<digest>`): that is pulled into the home's store (verified,
+//! capped), reviewed from there, and pinned as
+//! `source = "oci://<registry>/<repository>@sha256:<manifest digest>"`.
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use dsh_env::input::{MAX_MANIFEST_BYTES, ReadProblem, escape_controls, read_regular_text};
+use dsh_env::store::OCI_SCHEME;
 use dsh_env::{
-    ContributorComponent, ContributorEntry, HostEnv, Manifest, RawDeclaration, Registry,
-    atomic_file,
+    ContributorComponent, ContributorEntry, DshHome, HostEnv, Manifest, OciReference,
+    RawDeclaration, Registry, Store, atomic_file,
 };
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
 
@@ -21,7 +27,7 @@ use crate::setup::{CliResult, Failure, open_home_registry, resolve_home};
 /// The arguments of `add`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// The component file.
+    /// The component file, or `oci://<registry>/<repository>:<tag>` to pull.
     source: PathBuf,
     /// The manifest to pin it in (created if missing).
     #[arg(long, value_name = "FILE")]
@@ -33,6 +39,10 @@ pub(crate) struct Args {
     /// Pin without asking, after the review is shown (for scripts).
     #[arg(long)]
     yes: bool,
+    /// Pull over plain HTTP from a registry that is not loopback (loopback
+    /// registries get plain HTTP anyway).
+    #[arg(long)]
+    plain_http: bool,
 }
 
 /// What `add` shows before asking.
@@ -96,22 +106,15 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .map_err(Failure::config)?;
     let trust = manifest.trust().map_err(Failure::config)?;
 
-    let component_path = std::fs::canonicalize(&args.source).map_err(|e| {
-        Failure::config(format!(
-            "cannot add {}: {e}",
-            escape_controls(&args.source.display().to_string())
-        ))
-    })?;
-    let existing = (manifest.contributors.iter())
-        .position(|entry| same_file(&manifest.component_path(entry), &component_path));
-    // The entry as it stands (or a new one), re-reviewed: its old pins are
-    // what changed, so they are not checked here.
-    let mut entry = match existing {
-        Some(index) => manifest.contributors[index].clone(),
-        None => ContributorEntry {
-            path: entry_path(&component_path, &base_dir),
-            ..ContributorEntry::default()
-        },
+    let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
+    let oci = (args.source.to_str()).filter(|text| text.starts_with(OCI_SCHEME));
+    let Located {
+        origin,
+        existing,
+        mut entry,
+    } = match oci {
+        Some(text) => pull(text, &manifest, &home, args.plain_http).await?,
+        None => locate_file(&args.source, &manifest, &base_dir)?,
     };
     entry.sha256 = None;
     entry.grants_sha256 = None;
@@ -119,11 +122,9 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
     spec.trust = std::sync::Arc::new(trust);
 
-    let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
     let registry: Registry = open_home_registry(home)?;
     let component = registry.load_spec(&spec).map_err(Failure::config)?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
-    let origin = args.source.display().to_string();
     Review {
         origin: &origin,
         declaration: &declaration,
@@ -145,7 +146,16 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     }
 
     let pins = Pins {
-        path: &entry.path,
+        location: match (&entry.source, &entry.path) {
+            (Some(source), _) => ("source", source.clone()),
+            (None, path) => (
+                "path",
+                path.as_deref()
+                    .unwrap_or(Path::new(""))
+                    .display()
+                    .to_string(),
+            ),
+        },
         sha256: component.sha256(),
         grants_sha256: &entry.grants.digest(),
     };
@@ -161,17 +171,94 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     }
     atomic_file::write(&args.manifest, edited)
         .map_err(|e| Failure::config(format!("cannot write {manifest_shown}: {e}")))?;
+    let pinned_to = match &pins.location {
+        ("source", source) => format!("{source}, sha256 {}", component.sha256()),
+        _ => format!("sha256 {}", component.sha256()),
+    };
     println!(
-        "{} `{}` in {manifest_shown}, pinned to sha256 {}",
+        "{} `{}` in {manifest_shown}, pinned to {pinned_to}",
         if existing.is_some() {
             "Updated"
         } else {
             "Added"
         },
         escape_controls(&declaration.name),
-        component.sha256()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What is being added, and the manifest entry it updates, if any.
+struct Located {
+    /// The file or the pinned reference, for the review.
+    origin: String,
+    /// The index of the entry for the same file or repository.
+    existing: Option<usize>,
+    /// That entry (or a new one) pointing at what is added.
+    entry: ContributorEntry,
+}
+
+/// The component file `source`, and the entry that names the same file.
+fn locate_file(source: &Path, manifest: &Manifest, base_dir: &Path) -> CliResult<Located> {
+    let component_path = std::fs::canonicalize(source).map_err(|e| {
+        Failure::config(format!(
+            "cannot add {}: {e}",
+            escape_controls(&source.display().to_string())
+        ))
+    })?;
+    let existing = (manifest.contributors.iter()).position(|entry| {
+        (manifest.component_path(entry)).is_some_and(|path| same_file(&path, &component_path))
+    });
+    let entry = match existing {
+        Some(index) => manifest.contributors[index].clone(),
+        None => ContributorEntry {
+            path: Some(entry_path(&component_path, base_dir)),
+            ..ContributorEntry::default()
+        },
+    };
+    Ok(Located {
+        origin: source.display().to_string(),
+        existing,
+        entry,
+    })
+}
+
+/// Pulls `reference` into the home's store (verified; nothing written on
+/// failure), and the entry for the same registry and repository, re-pinned
+/// to what was pulled.
+async fn pull(
+    reference: &str,
+    manifest: &Manifest,
+    home: &DshHome,
+    plain_http: bool,
+) -> CliResult<Located> {
+    let reference = OciReference::parse(reference).map_err(Failure::config)?;
+    let options = dsh_env_oci::Options { plain_http };
+    let artifact = dsh_env_oci::pull(&reference, &Store::in_home(home), &options)
+        .await
+        .map_err(Failure::config)?;
+    let pinned = artifact.reference;
+    let same_repository = |entry: &ContributorEntry| {
+        (entry.source.as_deref())
+            .and_then(|source| OciReference::parse(source).ok())
+            .is_some_and(|r| {
+                (r.registry(), r.repository()) == (pinned.registry(), pinned.repository())
+            })
+    };
+    let existing = manifest.contributors.iter().position(same_repository);
+    let mut entry = match existing {
+        Some(index) => manifest.contributors[index].clone(),
+        None => ContributorEntry::default(),
+    };
+    entry.source = Some(pinned.to_string());
+    let origin = match reference.tag() {
+        Some(_) => format!("{reference} = {pinned}"),
+        None => pinned.to_string(),
+    };
+    Ok(Located {
+        origin,
+        existing,
+        entry,
+    })
 }
 
 /// The manifest's text, or an empty manifest when there is no file yet.
@@ -232,7 +319,9 @@ fn confirm(name: &str, manifest: &str) -> CliResult<bool> {
 
 /// What `add` writes into an entry.
 struct Pins<'a> {
-    path: &'a Path,
+    /// `("path", file)` or `("source", oci://…@sha256:…)`: written into a
+    /// new entry; a source is also re-pinned in an existing one.
+    location: (&'static str, String),
     sha256: &'a str,
     grants_sha256: &'a str,
 }
@@ -250,7 +339,7 @@ fn pin_entry(text: &str, existing: Option<usize>, pins: &Pins<'_>) -> Result<Str
         (Some(index), Some(array)) => array.get_mut(index),
         (None, Some(array)) => {
             let mut table = Table::new();
-            table.insert("path", value(pins.path.display().to_string()));
+            table.insert(pins.location.0, value(&pins.location.1));
             array.push(table);
             array.iter_mut().last()
         }
@@ -258,6 +347,9 @@ fn pin_entry(text: &str, existing: Option<usize>, pins: &Pins<'_>) -> Result<Str
     };
     // Inline tables (`contributor = [{ … }]`) parse, but are not edited.
     let table = table.ok_or("its contributors must be written as [[contributor]] tables")?;
+    if pins.location.0 == "source" {
+        table.insert("source", value(&pins.location.1));
+    }
     table.insert("sha256", value(pins.sha256));
     table.insert("grants_sha256", value(pins.grants_sha256));
     Ok(document.to_string())

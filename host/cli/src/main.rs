@@ -12,6 +12,7 @@ mod check;
 mod demo;
 mod explain;
 mod list;
+mod push;
 mod resolve;
 mod run;
 mod serve;
@@ -57,6 +58,9 @@ enum Command {
     /// Explain the overlay: each key's owner and description, and which
     /// inherited variables the scrub removes (names only) and why.
     Explain(explain::Args),
+    /// Push a component (and `<file>.minisig`, if present) to an OCI
+    /// registry as a Wasm artifact; prints the digest-pinned reference.
+    Push(push::Args),
     /// Run a scripted parent and child agent in a temporary home and show
     /// what each shell and each hook saw.
     Demo {
@@ -157,6 +161,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Add(args) => add::run(args).await,
         Command::Check(args) => check::run(args).await,
         Command::Explain(args) => explain::run(args).await,
+        Command::Push(args) => push::run(args).await,
         Command::Demo { manifest } => {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

@@ -676,6 +676,7 @@ fn every_subcommand_has_help() {
         "explain",
         "serve",
         "completions",
+        "push",
     ] {
         let output = Command::new(BINARY).args([sub, "--help"]).output().unwrap();
         assert!(output.status.success(), "{sub}");
@@ -2054,4 +2055,280 @@ fn cache_lists_trims_and_clears_the_homes_compile_cache() {
 /// The SHA-256 of the file at `path`, in lowercase hex.
 fn sha256_of(path: &str) -> String {
     dsh_env::cache::sha256_hex(&std::fs::read(path).unwrap())
+}
+
+/// `dsh-env push <file> <target>` (plus `extra`), run in `f`.
+fn push(f: &Fixture, file: &Path, target: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["push", file.to_str().unwrap(), target];
+    args.extend(extra);
+    f.run(&args, &[])
+}
+
+/// Pulls `reference` into the store of `f`'s home, as `dsh-env add` does.
+fn pull_into_home(f: &Fixture, reference: &str) {
+    let reference = dsh_env::OciReference::parse(reference).unwrap();
+    let store = dsh_env::Store::new(f.path("home").join("store"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(dsh_env_oci::pull(&reference, &store, &Default::default()))
+        .unwrap();
+}
+
+#[test]
+fn a_pushed_contributor_pinned_by_source_resolves_from_the_store_with_the_registry_stopped() {
+    let f = Fixture::new();
+    let mut registry = dsh_env_test_registry::TestRegistry::start();
+    let component = f.path("lineage.wasm");
+    std::fs::copy(AGENT_LINEAGE, &component).unwrap();
+    f.write(
+        "lineage.wasm.minisig",
+        "untrusted comment: not verified by push\nRWQ=\n",
+    );
+    let target = format!("{}/dsh/agent-lineage:v1", registry.host());
+    let output = push(&f, &component, &target, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("with its signature"),
+        "{}",
+        stderr(&output)
+    );
+    let pinned = stdout(&output).trim().to_string();
+    let prefix = format!("oci://{}/dsh/agent-lineage@sha256:", registry.host());
+    assert!(pinned.starts_with(&prefix), "{pinned}");
+
+    pull_into_home(&f, &pinned);
+    registry.stop();
+    let manifest = f.write(
+        "oci.toml",
+        &format!("[[contributor]]\nsource = {pinned:?}\n"),
+    );
+    let mut args = f.with_setup("resolve", manifest.to_str().unwrap(), "home");
+    args.extend(["--execution", "execution.json"]);
+    let output = f.run(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("DSH_PARENT_SESSION_ID=parent-1\n"),
+        "{}",
+        stdout(&output)
+    );
+
+    // A pinned source that was never pulled: exit 2, saying how to get it.
+    let other = format!("{prefix}{}", "ab".repeat(32));
+    let manifest = f.write(
+        "missing.toml",
+        &format!("[[contributor]]\nsource = {other:?}\n"),
+    );
+    let output = f.run(
+        &f.with_setup("resolve", manifest.to_str().unwrap(), "home"),
+        &[],
+    );
+    assert_config_error(&output, &[&other, "not in the store", "dsh-env add"]);
+    // A tag is not a pin.
+    let tagged = format!("oci://{target}");
+    let manifest = f.write(
+        "tagged.toml",
+        &format!("[[contributor]]\nsource = {tagged:?}\n"),
+    );
+    let output = f.run(
+        &f.with_setup("resolve", manifest.to_str().unwrap(), "home"),
+        &[],
+    );
+    assert_config_error(&output, &["tagged.toml", &tagged, "not pinned by digest"]);
+}
+
+#[test]
+fn push_refuses_bad_input_and_plain_http_off_loopback() {
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start();
+    let component = Path::new(AGENT_LINEAGE);
+    let target = format!("{}/dsh/lineage:v1", registry.host());
+
+    let not_wasm = f.write("notes.wasm", "hello");
+    let output = push(&f, &not_wasm, &target, &[]);
+    assert_config_error(&output, &["notes.wasm", "not a WebAssembly component"]);
+    let output = push(&f, component, &format!("{}/Dsh:v1", registry.host()), &[]);
+    assert_config_error(&output, &["Dsh", "repository must be lowercase"]);
+    let output = push(
+        &f,
+        component,
+        &format!("{}/dsh/lineage", registry.host()),
+        &[],
+    );
+    assert_config_error(&output, &["give a :<tag>"]);
+    let output = push(&f, component, "127.0.0.1:1/dsh/lineage:v1", &[]);
+    assert_config_error(
+        &output,
+        &[
+            "oci://127.0.0.1:1/dsh/lineage:v1",
+            "registry unreachable over http",
+        ],
+    );
+
+    // 0.0.0.0 is not loopback, yet reaches this machine (Linux): HTTPS
+    // unless --plain-http.
+    let port = registry.host().rsplit_once(':').unwrap().1.to_string();
+    let remote = format!("0.0.0.0:{port}/dsh/lineage:v1");
+    let output = push(&f, component, &remote, &[]);
+    assert_config_error(
+        &output,
+        &["registry unreachable over https", "--plain-http"],
+    );
+    let output = push(&f, component, &remote, &["--plain-http"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stderr(&output).contains("unsigned"), "{}", stderr(&output));
+}
+
+/// `[trust]` requiring a signature by `key`.
+fn requiring(key: &SigningKey) -> String {
+    format!(
+        "[trust]\nkeys = [{:?}]\nrequire_signature = true\n",
+        key.public
+    )
+}
+
+#[test]
+fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_registry_leaves_alone() {
+    let f = Fixture::new();
+    let mut registry = dsh_env_test_registry::TestRegistry::start();
+    let author = SigningKey::new(&f, "author");
+    let (lineage, trace) = (
+        component_copy(&f, AGENT_LINEAGE, "lineage.wasm"),
+        component_copy(&f, CALL_TRACE, "trace.wasm"),
+    );
+    author.sign(&lineage);
+    author.sign(&trace);
+    let target = format!("{}/dsh/tool:v1", registry.host());
+    assert!(push(&f, &lineage, &target, &[]).status.success());
+
+    let manifest = f.write("m.toml", &requiring(&author));
+    let (m, home, tagged) = (
+        manifest.to_str().unwrap(),
+        f.home(),
+        format!("oci://{target}"),
+    );
+    let add = || {
+        f.run(
+            &["add", &tagged, "--manifest", m, "--home", &home, "--yes"],
+            &[],
+        )
+    };
+    let resolve = || {
+        let args = [
+            "resolve",
+            "--manifest",
+            m,
+            "--home",
+            &home,
+            "--execution",
+            "execution.json",
+        ];
+        let output = f.run(&args, &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let output = add();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let review = stdout(&output);
+    for needle in [
+        "Contributor `agent-lineage` from oci://",
+        &format!("signed by trusted key {}", author.id),
+        "DSH_PARENT_SESSION_ID",
+        "Added `agent-lineage`",
+    ] {
+        assert!(review.contains(needle), "`{needle}` not in: {review}");
+    }
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    let source = format!("source = \"oci://{}/dsh/tool@sha256:", registry.host());
+    assert!(pinned.starts_with(&requiring(&author)), "{pinned}");
+    assert!(pinned.contains(&source), "{pinned}");
+    let lineage_sha = dsh_env::cache::sha256_hex(&std::fs::read(&lineage).unwrap());
+    assert!(
+        pinned.contains(&format!("sha256 = \"{lineage_sha}\"")),
+        "{pinned}"
+    );
+    assert!(resolve().contains("DSH_PARENT_SESSION_ID=parent-1\n"));
+
+    // The tag moves to other code: the pinned entry keeps the old code
+    // until `add` runs again.
+    assert!(push(&f, &trace, &target, &[]).status.success());
+    let overlay = resolve();
+    assert!(
+        overlay.contains("DSH_PARENT_SESSION_ID=") && !overlay.contains("DSH_TRACEPARENT="),
+        "{overlay}"
+    );
+    let output = add();
+    assert!(
+        stdout(&output).contains("Updated `call-trace`"),
+        "{}",
+        stdout(&output)
+    );
+    let repinned = std::fs::read_to_string(&manifest).unwrap();
+    assert_ne!(repinned, pinned);
+    assert_eq!(repinned.matches("[[contributor]]").count(), 1, "{repinned}");
+    assert!(resolve().contains("DSH_TRACEPARENT="));
+
+    // The registry stopped: the pinned entry loads from the store; `add`
+    // fails, naming the reference, and changes nothing.
+    registry.stop();
+    assert!(resolve().contains("DSH_TRACEPARENT="));
+    assert_config_error(&add(), &[&tagged, "registry unreachable"]);
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), repinned);
+}
+
+#[test]
+fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start();
+    let author = SigningKey::new(&f, "author");
+    let manifest = f.write("m.toml", &requiring(&author));
+    let (m, home) = (manifest.to_str().unwrap(), f.home());
+    let add = |target: &str| {
+        let reference = format!("oci://{}/{target}", registry.host());
+        f.run(
+            &["add", &reference, "--manifest", m, "--home", &home, "--yes"],
+            &[],
+        )
+    };
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    assert!(
+        push(
+            &f,
+            &lineage,
+            &format!("{}/dsh/unsigned:v1", registry.host()),
+            &[]
+        )
+        .status
+        .success()
+    );
+    assert_config_error(
+        &add("dsh/unsigned:v1"),
+        &[
+            "dsh/unsigned@sha256:",
+            "is not signed",
+            "requires a signature",
+        ],
+    );
+
+    // A signature by the trusted key, but of other bytes.
+    let trace = component_copy(&f, CALL_TRACE, "trace.wasm");
+    author.sign(&trace);
+    std::fs::copy(f.path("trace.wasm.minisig"), f.path("lineage.wasm.minisig")).unwrap();
+    assert!(
+        push(
+            &f,
+            &lineage,
+            &format!("{}/dsh/forged:v1", registry.host()),
+            &[]
+        )
+        .status
+        .success()
+    );
+    assert_config_error(
+        &add("dsh/forged:v1"),
+        &["dsh/forged@sha256:", &author.id, "does not verify"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(&manifest).unwrap(),
+        requiring(&author)
+    );
 }

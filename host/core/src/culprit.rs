@@ -133,7 +133,11 @@ impl From<&SpecError> for Culprit {
                 SpecError::Limit { field, .. } => Some(field),
                 SpecError::ConfigInBoth(_)
                 | SpecError::Digest { .. }
-                | SpecError::GrantsChanged { .. } => None,
+                | SpecError::GrantsChanged { .. }
+                | SpecError::PathOrSource
+                | SpecError::Source(_)
+                | SpecError::SourceNotPinned(_)
+                | SpecError::SignatureWithSource => None,
             },
             ..Culprit::default()
         }

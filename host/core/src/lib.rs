@@ -32,6 +32,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod signature;
 pub mod spec;
+pub mod store;
 
 pub use cache::ArtifactCache;
 pub use culprit::Culprit;
@@ -57,3 +58,4 @@ pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
     ContributorEntry, ContributorSource, ContributorSpec, Grants, HostEnv, OnError, SpecError,
 };
+pub use store::{OciReference, ReferenceError, Store, StoreError, StoreProblem, StoredArtifact};

@@ -9,7 +9,8 @@
 //! require_signature = false       # true: unsigned components are refused
 //!
 //! [[contributor]]
-//! path = "agent_lineage.wasm"     # relative to this file
+//! path = "agent_lineage.wasm"     # relative to this file; or, pulled by `dsh-env add`:
+//! # source = "oci://ghcr.io/acme/lineage@sha256:…"
 //! sha256 = "…"                    # optional: the bytes it must have
 //! signature = "agent_lineage.wasm.minisig"  # the default
 //! grants_sha256 = "…"             # optional: the grants reviewed (`dsh-env add`)
@@ -107,12 +108,12 @@ pub enum ManifestError {
         /// What and where (line and column).
         message: String,
     },
-    /// An entry has an invalid limit or config.
+    /// An entry has an invalid source, limit or config.
     #[error("invalid manifest {path}: contributor {path_in_manifest}: {source}")]
     Entry {
         /// The file.
         path: String,
-        /// The contributor entry's `path`.
+        /// The contributor entry's `path` or `source`.
         path_in_manifest: String,
         /// What is wrong.
         source: SpecError,
@@ -177,7 +178,7 @@ impl Manifest {
                 let mut spec = (entry.to_spec(&self.base_dir, host_env)).map_err(|source| {
                     ManifestError::Entry {
                         path: self.origin.clone(),
-                        path_in_manifest: entry.path.display().to_string(),
+                        path_in_manifest: entry.label(),
                         source,
                     }
                 })?;
@@ -228,9 +229,10 @@ impl Manifest {
         })
     }
 
-    /// The absolute (or cwd-relative) path of a contributor's component.
-    pub fn component_path(&self, entry: &ContributorEntry) -> PathBuf {
-        self.base_dir.join(&entry.path)
+    /// The absolute (or cwd-relative) path of a contributor's component, if
+    /// its entry names a file rather than a `source`.
+    pub fn component_path(&self, entry: &ContributorEntry) -> Option<PathBuf> {
+        entry.path.as_ref().map(|path| self.base_dir.join(path))
     }
 }
 
@@ -288,8 +290,14 @@ path = "/abs/b.wasm"
         let [a, b] = &manifest.contributors[..] else {
             panic!("two entries")
         };
-        assert_eq!(manifest.component_path(a), PathBuf::from("/base/a.wasm"));
-        assert_eq!(manifest.component_path(b), PathBuf::from("/abs/b.wasm"));
+        assert_eq!(
+            manifest.component_path(a),
+            Some(PathBuf::from("/base/a.wasm"))
+        );
+        assert_eq!(
+            manifest.component_path(b),
+            Some(PathBuf::from("/abs/b.wasm"))
+        );
         assert_eq!(a.on_error, OnError::Omit);
         assert_eq!(b.on_error, OnError::Fail);
         assert_eq!(a.config["base_url"], "https://x.test");

@@ -25,6 +25,7 @@ use crate::sandbox::{
 };
 use crate::signature::{SignatureError, Signer, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
+use crate::store::{SIGNATURE_ANNOTATION, Store};
 
 /// The owner shown for dsh-env's built-in keys.
 pub const BUILTIN_OWNER: &str = "dsh-env";
@@ -456,6 +457,26 @@ impl Registry {
             ContributorSource::Bytes { bytes, .. } => {
                 let signer = checked(bytes)?;
                 (self.load_bytes_with(&origin, bytes, &spec.limits)?, signer)
+            }
+            ContributorSource::Oci(reference) => {
+                // From the store, never the network; the signature is the
+                // annotation on the image manifest the reference pins.
+                let artifact =
+                    (Store::in_home(&self.inner.home).load(reference)).map_err(|e| LoadError {
+                        origin: origin.clone(),
+                        reason: e.problem.to_string(),
+                    })?;
+                if let Some(pin) = &spec.sha256 {
+                    check_pin(&origin, &artifact.wasm, pin)?;
+                }
+                let location =
+                    format!("the {SIGNATURE_ANNOTATION} annotation of its image manifest");
+                let signature = artifact.signature.as_deref();
+                let signer = (spec.trust).check(&origin, &artifact.wasm, signature, &location)?;
+                (
+                    self.load_bytes_with(&origin, &artifact.wasm, &spec.limits)?,
+                    signer,
+                )
             }
         };
         Ok(component

@@ -16,6 +16,7 @@ use crate::cache::sha256_hex;
 use crate::input::escape_controls;
 use crate::limits::Limits;
 use crate::signature::Trust;
+use crate::store::{OciReference, ReferenceError};
 
 /// What happens to an execution when a contributor fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
@@ -75,6 +76,9 @@ pub enum ContributorSource {
         /// The component.
         bytes: Vec<u8>,
     },
+    /// An artifact pulled from an OCI registry, loaded from the home's
+    /// store by its digest (never from the network).
+    Oci(OciReference),
 }
 
 /// One contributor, described and validated: everything
@@ -137,6 +141,7 @@ impl ContributorSpec {
         match &self.source {
             ContributorSource::File(path) => path.display().to_string(),
             ContributorSource::Bytes { origin, .. } => origin.clone(),
+            ContributorSource::Oci(reference) => reference.to_string(),
         }
     }
 }
@@ -174,6 +179,23 @@ pub enum SpecError {
         /// The digest of the grants written now.
         actual: String,
     },
+    /// The entry has both `path` and `source`, or neither.
+    #[error("give exactly one of path or source")]
+    PathOrSource,
+    /// `source` is not an OCI reference.
+    #[error("source {0}")]
+    Source(ReferenceError),
+    /// `source` names a tag, which can move: an entry pins a digest.
+    #[error(
+        "source {0} is not pinned by digest; run `dsh-env add {0}` to pull it and pin its digest"
+    )]
+    SourceNotPinned(String),
+    /// `signature` names a file, but an OCI source carries its signature
+    /// in its image manifest.
+    #[error(
+        "signature is for a path entry; an oci:// source carries its signature in its image manifest"
+    )]
+    SignatureWithSource,
 }
 
 /// A contributor as written: a manifest's `[[contributor]]` entry, or the
@@ -181,8 +203,11 @@ pub enum SpecError {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContributorEntry {
-    /// The component file.
-    pub path: PathBuf,
+    /// The component file (an entry has this or `source`).
+    pub path: Option<PathBuf>,
+    /// Where the component was pulled from: `oci://<registry>/<repository>@sha256:<hex>`,
+    /// loaded from the store (an entry has this or `path`).
+    pub source: Option<String>,
     /// Static configuration, served by `config.get`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
@@ -284,14 +309,17 @@ impl ContributorEntry {
                 return Err(SpecError::GrantsChanged { reviewed, actual });
             }
         }
-        let path = base_dir.join(&self.path);
+        let source = self.source(base_dir)?;
+        let signature = match (&source, &self.signature) {
+            (ContributorSource::File(path), None) => Some(default_signature_path(path)),
+            (ContributorSource::File(_), Some(signature)) => Some(base_dir.join(signature)),
+            (_, Some(_)) => return Err(SpecError::SignatureWithSource),
+            (_, None) => None,
+        };
         Ok(ContributorSpec {
-            signature: Some(match &self.signature {
-                Some(signature) => base_dir.join(signature),
-                None => default_signature_path(&path),
-            }),
+            signature,
             trust: Arc::default(),
-            source: ContributorSource::File(path),
+            source,
             config: self.config()?,
             limits: self.limits()?,
             grants: Grants {
@@ -305,6 +333,31 @@ impl ContributorEntry {
                 .map(|text| pinned_digest("sha256", text))
                 .transpose()?,
         })
+    }
+
+    /// Where the component comes from: `path` resolved against `base_dir`,
+    /// or `source`, which must be an `oci://` reference pinned by digest.
+    pub fn source(&self, base_dir: &Path) -> Result<ContributorSource, SpecError> {
+        match (&self.path, &self.source) {
+            (Some(path), None) => Ok(ContributorSource::File(base_dir.join(path))),
+            (None, Some(text)) => {
+                let reference = OciReference::parse(text).map_err(SpecError::Source)?;
+                if !reference.is_pinned() {
+                    return Err(SpecError::SourceNotPinned(reference.to_string()));
+                }
+                Ok(ContributorSource::Oci(reference))
+            }
+            _ => Err(SpecError::PathOrSource),
+        }
+    }
+
+    /// What names the entry in messages: its `path` or its `source`, as written.
+    pub fn label(&self) -> String {
+        match (&self.path, &self.source) {
+            (Some(path), _) => escape_controls(&path.display().to_string()).into_owned(),
+            (None, Some(source)) => escape_controls(source).into_owned(),
+            (None, None) => "(no path or source)".to_string(),
+        }
     }
 
     /// The default limits with this entry's overrides applied.
@@ -476,6 +529,35 @@ mod tests {
                 serde_json::json!({"path": "c.wasm", "config": {"k": "1"}, "grants": {"config": {"k": "2"}}})
             ),
             "config key `k` is set in both config and grants.config"
+        );
+    }
+
+    #[test]
+    fn an_entry_has_a_path_or_a_pinned_oci_source() {
+        let digest = "ab".repeat(32);
+        let pinned = format!("oci://localhost:5000/dsh/lineage@sha256:{digest}");
+        let spec = |json| entry(json).to_spec(Path::new("/base"), &HostEnv::default());
+        assert_eq!(
+            spec(serde_json::json!({"source": pinned})).unwrap().source,
+            ContributorSource::Oci(OciReference::parse(&pinned).unwrap())
+        );
+        let bad = |json| spec(json).unwrap_err().to_string();
+        assert_eq!(
+            bad(serde_json::json!({"path": "c.wasm", "source": pinned})),
+            "give exactly one of path or source"
+        );
+        assert_eq!(
+            bad(serde_json::json!({})),
+            "give exactly one of path or source"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"source": "oci://localhost:5000/dsh/lineage:v1"})),
+            "source oci://localhost:5000/dsh/lineage:v1 is not pinned by digest; \
+             run `dsh-env add oci://localhost:5000/dsh/lineage:v1` to pull it and pin its digest"
+        );
+        assert_eq!(
+            bad(serde_json::json!({"source": "https://example.test/c.wasm"})),
+            "source `https://example.test/c.wasm` is not an OCI reference: it must start with oci://"
         );
     }
 }

@@ -30,6 +30,13 @@ pub use contract::{ContractVersion, supported_contracts};
 pub use failure::{GuestFailure, Phase};
 
 use component::{is_component, not_a_component};
+
+/// Why `bytes` is not a WebAssembly component, judged by its header alone
+/// (e.g. before shipping it), or `None` if it looks like one.
+pub fn not_a_component_reason(bytes: &[u8]) -> Option<&'static str> {
+    (!is_component(bytes)).then(|| not_a_component(bytes))
+}
+
 use contract::{Guest, Pre, WitExecution};
 use failure::classify;
 use files::{DescriptorLedger, OpenFiles};

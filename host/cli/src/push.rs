@@ -1,0 +1,69 @@
+//! `dsh-env push`: ship a component to an OCI registry as a Wasm artifact,
+//! with the minisign signature that sits beside it, and print the reference
+//! pinned to what was pushed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use dsh_env::input::{MAX_COMPONENT_BYTES, ReadProblem, read_regular_file, read_regular_text};
+use dsh_env::sandbox::not_a_component_reason;
+use dsh_env::store::OCI_SCHEME;
+use dsh_env::{OciReference, input::escape_controls};
+
+use crate::setup::{CliResult, Failure};
+
+/// The largest `.minisig` read: one is about 300 bytes.
+const MAX_SIGNATURE_BYTES: u64 = 8 << 10;
+
+/// The arguments of `push`.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// The component file; `<file>.minisig`, if present, is pushed with it.
+    file: PathBuf,
+    /// Where to: `<registry>/<repository>:<tag>` (`oci://` optional).
+    target: String,
+    /// Speak plain HTTP to a registry that is not loopback (loopback
+    /// registries get plain HTTP anyway).
+    #[arg(long)]
+    plain_http: bool,
+}
+
+/// Pushes; prints `oci://<registry>/<repository>@sha256:<digest>`.
+pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
+    let target = match args.target.strip_prefix(OCI_SCHEME) {
+        Some(_) => args.target.clone(),
+        None => format!("{OCI_SCHEME}{}", args.target),
+    };
+    let reference = OciReference::parse(&target).map_err(Failure::config)?;
+    let shown_file = escape_controls(&args.file.display().to_string()).into_owned();
+    let wasm = read_regular_file(&args.file, MAX_COMPONENT_BYTES)
+        .map_err(|e| Failure::config(format!("cannot read component {e}")))?;
+    if let Some(reason) = not_a_component_reason(&wasm) {
+        return Err(Failure::config(format!("{shown_file}: {reason}")));
+    }
+    let mut signature_path = args.file.clone().into_os_string();
+    signature_path.push(".minisig");
+    let signature = match read_regular_text(signature_path.as_ref(), MAX_SIGNATURE_BYTES) {
+        Ok(text) => Some(text),
+        Err(e) if matches!(&e.problem, ReadProblem::Io(io) if io.kind() == std::io::ErrorKind::NotFound) => {
+            None
+        }
+        Err(e) => return Err(Failure::config(format!("cannot read signature {e}"))),
+    };
+    let options = dsh_env_oci::Options {
+        plain_http: args.plain_http,
+    };
+    let pinned = dsh_env_oci::push(&wasm, signature.as_deref(), &reference, &options)
+        .await
+        .map_err(Failure::config)?;
+    eprintln!(
+        "dsh-env: pushed {shown_file} ({}) to {reference}",
+        if signature.is_some() {
+            "with its signature"
+        } else {
+            "unsigned"
+        }
+    );
+    println!("{pinned}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,678 @@
+//! The content-addressed store of pulled contributors, under
+//! `$DSH_HOME/store/`, and what an OCI reference to one is.
+//!
+//! A contributor shipped over an OCI registry is a CNCF Wasm OCI artifact: an
+//! image manifest with one `application/wasm` layer (the component) and an
+//! `application/vnd.wasm.config.v0+json` config; its minisign signature, when
+//! it has one, is the [`SIGNATURE_ANNOTATION`] on the manifest, so the
+//! manifest digest a manifest entry pins also pins the signature.
+//!
+//! The network side (`dsh-env-oci`) verifies every blob's digest and puts it
+//! here with [`Store::put_blob`]; [`Store::load`] then reads an artifact back
+//! by its digest-pinned reference, verifying again, without the network.
+//! Blobs are files named by their digest (`blobs/sha256/<hex>`), written whole
+//! ([`crate::atomic_file`]), so two pulls of the same bytes agree.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::cache::sha256_hex;
+use crate::home::DshHome;
+use crate::input::{
+    FileError, MAX_COMPONENT_BYTES, ReadProblem, escape_controls, read_regular_file,
+};
+
+/// The scheme of an OCI reference in a manifest entry or on the command line.
+pub const OCI_SCHEME: &str = "oci://";
+/// The media type of the one layer of a Wasm OCI artifact: the component.
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The media type of a Wasm OCI artifact's config.
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The media type of an OCI image manifest.
+pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The manifest annotation carrying the text of the component's `.minisig`.
+pub const SIGNATURE_ANNOTATION: &str = "dev.dsh-env.signature.minisign";
+/// The largest image manifest read or pulled. A Wasm artifact's manifest is
+/// well under 2 KiB, signature included.
+pub const MAX_OCI_MANIFEST_BYTES: u64 = 64 << 10;
+/// The largest layer (component) read or pulled: the component file cap.
+pub const MAX_LAYER_BYTES: u64 = MAX_COMPONENT_BYTES;
+
+/// Registry repositories and tags longer than this are refused (the
+/// distribution spec bounds a tag at 128 characters).
+const MAX_REPOSITORY_CHARS: usize = 255;
+const MAX_TAG_CHARS: usize = 128;
+
+/// A reference to an artifact in an OCI registry:
+/// `oci://<registry>/<repository>(:<tag>|@sha256:<hex>)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OciReference {
+    registry: String,
+    repository: String,
+    target: Target,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Target {
+    Tag(String),
+    /// The manifest's SHA-256, lowercase hex.
+    Digest(String),
+}
+
+/// Why a text is not an OCI reference. Each names the reference (escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    /// It does not start with `oci://`.
+    #[error("`{0}` is not an OCI reference: it must start with oci://")]
+    Scheme(String),
+    /// The registry part is not a host name, an IPv4 address or `[IPv6]`,
+    /// with an optional port.
+    #[error(
+        "`{0}`: the registry must be a host name, an IPv4 address or [IPv6], with an optional :port"
+    )]
+    Registry(String),
+    /// The repository is empty or not lowercase path components.
+    #[error(
+        "`{0}`: the repository must be lowercase path components of letters, digits and . _ - (at most 255 characters)"
+    )]
+    Repository(String),
+    /// Neither `:<tag>` nor `@sha256:<hex>` follows the repository.
+    #[error("`{0}`: give a :<tag> or an @sha256:<digest> after the repository")]
+    NoTarget(String),
+    /// The tag has characters or a length the distribution spec refuses.
+    #[error("`{0}`: a tag is letters, digits and . _ - (not first), at most 128 characters")]
+    Tag(String),
+    /// The digest is not `sha256:` and 64 lowercase hex digits.
+    #[error("`{0}`: the digest must be sha256: and 64 lowercase hexadecimal digits")]
+    Digest(String),
+}
+
+impl OciReference {
+    /// Parses `oci://<registry>/<repository>(:<tag>|@sha256:<hex>)`.
+    pub fn parse(text: &str) -> Result<Self, ReferenceError> {
+        let shown = || escape_controls(text).into_owned();
+        let rest = text
+            .strip_prefix(OCI_SCHEME)
+            .ok_or_else(|| ReferenceError::Scheme(shown()))?;
+        let (registry, rest) = rest
+            .split_once('/')
+            .ok_or_else(|| ReferenceError::Repository(shown()))?;
+        if !is_registry(registry) {
+            return Err(ReferenceError::Registry(shown()));
+        }
+        let (repository, target) = if let Some((repository, digest)) = rest.split_once('@') {
+            let hex = (digest.strip_prefix("sha256:"))
+                .filter(|hex| is_sha256_hex(hex))
+                .ok_or_else(|| ReferenceError::Digest(shown()))?;
+            (repository, Target::Digest(hex.to_string()))
+        } else if let Some((repository, tag)) = rest.rsplit_once(':') {
+            if !is_tag(tag) {
+                return Err(ReferenceError::Tag(shown()));
+            }
+            (repository, Target::Tag(tag.to_string()))
+        } else {
+            if !is_repository(rest) {
+                return Err(ReferenceError::Repository(shown()));
+            }
+            return Err(ReferenceError::NoTarget(shown()));
+        };
+        if !is_repository(repository) {
+            return Err(ReferenceError::Repository(shown()));
+        }
+        Ok(OciReference {
+            registry: registry.to_string(),
+            repository: repository.to_string(),
+            target,
+        })
+    }
+
+    /// The registry, as written (`host`, `host:port`, `[::1]:port`).
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// The repository in the registry.
+    pub fn repository(&self) -> &str {
+        &self.repository
+    }
+
+    /// The tag, unless the reference is pinned by digest.
+    pub fn tag(&self) -> Option<&str> {
+        match &self.target {
+            Target::Tag(tag) => Some(tag),
+            Target::Digest(_) => None,
+        }
+    }
+
+    /// The manifest's SHA-256 (lowercase hex), if the reference is pinned.
+    pub fn digest_hex(&self) -> Option<&str> {
+        match &self.target {
+            Target::Digest(hex) => Some(hex),
+            Target::Tag(_) => None,
+        }
+    }
+
+    /// Whether the reference names one manifest by its digest.
+    pub fn is_pinned(&self) -> bool {
+        self.digest_hex().is_some()
+    }
+
+    /// The same repository, pinned to the manifest whose SHA-256 is `hex`.
+    pub fn pinned(&self, hex: &str) -> OciReference {
+        OciReference {
+            target: Target::Digest(hex.to_ascii_lowercase()),
+            ..self.clone()
+        }
+    }
+
+    /// The tag or `sha256:<hex>`: what follows the repository in a
+    /// registry's manifest URL.
+    pub fn target(&self) -> String {
+        match &self.target {
+            Target::Tag(tag) => tag.clone(),
+            Target::Digest(hex) => format!("sha256:{hex}"),
+        }
+    }
+
+    /// Whether the registry is this machine: `localhost`, 127.0.0.0/8 or
+    /// `[::1]`, with any port. Only these may be reached over plain HTTP
+    /// without asking.
+    pub fn is_loopback(&self) -> bool {
+        let host = match self.registry.strip_prefix('[') {
+            Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+            None => self.registry.split(':').next().unwrap_or_default(),
+        };
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+}
+
+impl fmt::Display for OciReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (registry, repository) = (&self.registry, &self.repository);
+        match &self.target {
+            Target::Tag(tag) => write!(f, "{OCI_SCHEME}{registry}/{repository}:{tag}"),
+            Target::Digest(hex) => write!(f, "{OCI_SCHEME}{registry}/{repository}@sha256:{hex}"),
+        }
+    }
+}
+
+impl std::str::FromStr for OciReference {
+    type Err = ReferenceError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+/// `host`, `host:port`, `[ipv6]` or `[ipv6]:port`.
+fn is_registry(text: &str) -> bool {
+    let (host_ok, port) = match text.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((ip, port)) => (ip.parse::<std::net::Ipv6Addr>().is_ok(), port),
+            None => return false,
+        },
+        None => {
+            let (host, port) = text.split_at(text.find(':').unwrap_or(text.len()));
+            (is_host_name(host), port)
+        }
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|digits| {
+            digits.bytes().all(|b| b.is_ascii_digit()) && digits.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+    host_ok && port_ok
+}
+
+/// DNS labels (letters, digits, inner `-`) joined by dots; IPv4 addresses too.
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// Lowercase path components, each `[a-z0-9]+` joined by `.`, `_`, `__` or `-`s.
+fn is_repository(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_REPOSITORY_CHARS
+        && text.split('/').all(|component| {
+            let bytes = component.as_bytes();
+            let is_alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+            (bytes.first().is_some_and(is_alnum))
+                && (bytes.last().is_some_and(is_alnum))
+                && bytes
+                    .iter()
+                    .all(|b| is_alnum(b) || matches!(b, b'.' | b'_' | b'-'))
+                && !component.contains("..")
+                && !component.contains("___")
+        })
+}
+
+/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+fn is_tag(text: &str) -> bool {
+    let word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+    let bytes = text.as_bytes();
+    bytes.first().is_some_and(word)
+        && text.len() <= MAX_TAG_CHARS
+        && bytes.iter().all(|b| word(b) || matches!(b, b'.' | b'-'))
+}
+
+/// 64 lowercase hexadecimal digits.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// What an image manifest says about the Wasm component it ships.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WasmManifest {
+    /// The layer's SHA-256, lowercase hex.
+    pub layer_digest: String,
+    /// The layer's size, as the manifest declares it.
+    pub layer_size: u64,
+    /// The config blob's SHA-256, lowercase hex.
+    pub config_digest: String,
+    /// The config blob's size, as the manifest declares it.
+    pub config_size: u64,
+    /// The text of the component's `.minisig`, from [`SIGNATURE_ANNOTATION`].
+    pub signature: Option<String>,
+}
+
+/// Why an image manifest does not describe a Wasm component this host takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestProblem {
+    /// It is not a Wasm OCI artifact: what is off.
+    #[error("not a Wasm artifact: {0}")]
+    NotWasm(String),
+    /// Its layer declares more bytes than [`MAX_LAYER_BYTES`].
+    #[error("its layer is {size} bytes, over the {cap}-byte limit")]
+    LayerTooLarge {
+        /// The size the manifest declares.
+        size: u64,
+        /// The cap.
+        cap: u64,
+    },
+}
+
+impl WasmManifest {
+    /// Checks that `bytes` is an OCI image manifest of a Wasm artifact:
+    /// schema 2, the Wasm config media type, exactly one layer, of media
+    /// type `application/wasm`, sha256 digests, and a layer no bigger than
+    /// [`MAX_LAYER_BYTES`].
+    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestProblem> {
+        let not_wasm = |what: &str| ManifestProblem::NotWasm(what.to_string());
+        let manifest: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|_| not_wasm("the manifest is not JSON"))?;
+        if manifest["schemaVersion"] != 2 {
+            return Err(not_wasm("the manifest's schemaVersion is not 2"));
+        }
+        if let Some(media_type) = manifest.get("mediaType")
+            && media_type != OCI_MANIFEST_MEDIA_TYPE
+        {
+            return Err(ManifestProblem::NotWasm(format!(
+                "the manifest's media type is {}, not {OCI_MANIFEST_MEDIA_TYPE}",
+                shown_json(media_type)
+            )));
+        }
+        let (config_digest, config_size) =
+            descriptor(&manifest["config"], WASM_CONFIG_MEDIA_TYPE, "config")?;
+        let layers = (manifest["layers"].as_array()).ok_or_else(|| not_wasm("it has no layers"))?;
+        let [layer] = layers.as_slice() else {
+            return Err(ManifestProblem::NotWasm(format!(
+                "it has {} layers, not exactly one",
+                layers.len()
+            )));
+        };
+        let (layer_digest, layer_size) = descriptor(layer, WASM_LAYER_MEDIA_TYPE, "layer")?;
+        if layer_size > MAX_LAYER_BYTES {
+            return Err(ManifestProblem::LayerTooLarge {
+                size: layer_size,
+                cap: MAX_LAYER_BYTES,
+            });
+        }
+        let signature = match manifest["annotations"].get(SIGNATURE_ANNOTATION) {
+            None => None,
+            Some(serde_json::Value::String(text)) => Some(text.clone()),
+            Some(_) => return Err(not_wasm("its signature annotation is not a string")),
+        };
+        Ok(WasmManifest {
+            layer_digest,
+            layer_size,
+            config_digest,
+            config_size,
+            signature,
+        })
+    }
+}
+
+/// A descriptor's sha256 digest (hex) and size, if its media type is `media_type`.
+fn descriptor(
+    value: &serde_json::Value,
+    media_type: &str,
+    what: &str,
+) -> Result<(String, u64), ManifestProblem> {
+    if value["mediaType"] != media_type {
+        return Err(ManifestProblem::NotWasm(format!(
+            "its {what} media type is {}, not {media_type}",
+            shown_json(&value["mediaType"])
+        )));
+    }
+    let digest = (value["digest"].as_str())
+        .and_then(|digest| digest.strip_prefix("sha256:"))
+        .filter(|hex| is_sha256_hex(hex))
+        .ok_or_else(|| ManifestProblem::NotWasm(format!("its {what} digest is not sha256")))?;
+    let size = (value["size"].as_u64())
+        .ok_or_else(|| ManifestProblem::NotWasm(format!("its {what} has no size")))?;
+    Ok((digest.to_string(), size))
+}
+
+/// A JSON value from a registry, short and escaped, for a message.
+fn shown_json(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    let cut: String = text.chars().take(80).collect();
+    escape_controls(&cut).into_owned()
+}
+
+/// A Wasm artifact read back from the store, every digest verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredArtifact {
+    /// The digest-pinned reference it was loaded by.
+    pub reference: OciReference,
+    /// The component.
+    pub wasm: Vec<u8>,
+    /// The component's SHA-256, lowercase hex (the layer digest).
+    pub wasm_sha256: String,
+    /// The text of its `.minisig`, from the manifest annotation.
+    pub signature: Option<String>,
+}
+
+/// Why the store cannot give an artifact, naming the reference.
+#[derive(Debug, thiserror::Error)]
+#[error("{reference}: {problem}")]
+pub struct StoreError {
+    /// The reference asked for (boxed: errors stay small).
+    pub reference: Box<OciReference>,
+    /// What went wrong.
+    pub problem: StoreProblem,
+}
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreProblem {
+    /// The reference names a tag: only a digest names the same bytes forever.
+    #[error("not pinned by digest; run `dsh-env add` to pull it and pin its digest")]
+    NotPinned,
+    /// A blob it needs is not in the store.
+    #[error(
+        "not in the store ({what} {path} is missing); run `dsh-env add {reference}` to pull it"
+    )]
+    Missing {
+        /// `manifest` or `layer`.
+        what: &'static str,
+        /// The blob's file.
+        path: String,
+        /// The reference, for the command to run.
+        reference: String,
+    },
+    /// A blob could not be read.
+    #[error("cannot read its {what}: {source}")]
+    Read {
+        /// `manifest` or `layer`.
+        what: &'static str,
+        /// Why.
+        source: FileError,
+    },
+    /// A blob's bytes do not have the digest it is filed under.
+    #[error("the stored {what} has sha256 {actual}, not {expected}")]
+    Corrupt {
+        /// `manifest` or `layer`.
+        what: &'static str,
+        /// The digest it is filed under.
+        expected: String,
+        /// The digest of its bytes.
+        actual: String,
+    },
+    /// The stored manifest is not one of a Wasm artifact this host takes.
+    #[error(transparent)]
+    Manifest(#[from] ManifestProblem),
+    /// The layer's size differs from what the manifest declares.
+    #[error("the stored layer is {actual} bytes, but the manifest declares {declared}")]
+    LayerSize {
+        /// The size the manifest declares.
+        declared: u64,
+        /// The size of the stored bytes.
+        actual: u64,
+    },
+    /// A blob could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The content-addressed store: blobs filed by their SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// The store rooted at `root` (created when something is put).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Store { root: root.into() }
+    }
+
+    /// The store of a home: `$DSH_HOME/store`.
+    pub fn in_home(home: &DshHome) -> Self {
+        Store::new(home.path().join("store"))
+    }
+
+    /// The directory it lives in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file of the blob whose SHA-256 is `hex`.
+    pub fn blob_path(&self, hex: &str) -> PathBuf {
+        self.root.join("blobs").join("sha256").join(hex)
+    }
+
+    /// Files `bytes` under their SHA-256 and returns it (hex). Callers that
+    /// got the bytes from elsewhere verify them against the digest they
+    /// expect first; the store files bytes only under their own digest.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreProblem> {
+        let hex = sha256_hex(bytes);
+        let path = self.blob_path(&hex);
+        let failed = |source| StoreProblem::Write {
+            path: escape_controls(&path.display().to_string()).into_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        crate::atomic_file::write(&path, bytes).map_err(failed)?;
+        Ok(hex)
+    }
+
+    /// The Wasm artifact `reference` pins, from the store alone: the
+    /// manifest by the pinned digest, then its one layer, each verified
+    /// against its digest (and the layer against its declared size).
+    pub fn load(&self, reference: &OciReference) -> Result<StoredArtifact, StoreError> {
+        self.load_artifact(reference).map_err(|problem| StoreError {
+            reference: Box::new(reference.clone()),
+            problem,
+        })
+    }
+
+    fn load_artifact(&self, reference: &OciReference) -> Result<StoredArtifact, StoreProblem> {
+        let manifest_hex = reference.digest_hex().ok_or(StoreProblem::NotPinned)?;
+        let manifest_bytes =
+            self.read_verified(reference, "manifest", manifest_hex, MAX_OCI_MANIFEST_BYTES)?;
+        let manifest = WasmManifest::parse(&manifest_bytes)?;
+        let wasm =
+            self.read_verified(reference, "layer", &manifest.layer_digest, MAX_LAYER_BYTES)?;
+        if wasm.len() as u64 != manifest.layer_size {
+            return Err(StoreProblem::LayerSize {
+                declared: manifest.layer_size,
+                actual: wasm.len() as u64,
+            });
+        }
+        Ok(StoredArtifact {
+            reference: reference.clone(),
+            wasm,
+            wasm_sha256: manifest.layer_digest,
+            signature: manifest.signature,
+        })
+    }
+
+    /// The blob `hex`, at most `cap` bytes, checked against its digest.
+    fn read_verified(
+        &self,
+        reference: &OciReference,
+        what: &'static str,
+        hex: &str,
+        cap: u64,
+    ) -> Result<Vec<u8>, StoreProblem> {
+        let path = self.blob_path(hex);
+        let bytes = read_regular_file(&path, cap).map_err(|source| match &source.problem {
+            ReadProblem::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                StoreProblem::Missing {
+                    what,
+                    path: source.path.clone(),
+                    reference: reference.to_string(),
+                }
+            }
+            _ => StoreProblem::Read { what, source },
+        })?;
+        let actual = sha256_hex(&bytes);
+        if actual != hex {
+            return Err(StoreProblem::Corrupt {
+                what,
+                expected: hex.to_string(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn references_parse_and_display_back() {
+        for text in [
+            "oci://localhost:5000/dsh/agent-lineage:v1",
+            "oci://127.0.0.1:5000/a:latest",
+            "oci://[::1]:5000/a/b/c:1.0",
+            "oci://ghcr.io/org/repo_name.x:v1.2-rc_3",
+            &format!("oci://registry.example/a@sha256:{HEX}"),
+        ] {
+            let reference = OciReference::parse(text).unwrap();
+            assert_eq!(reference.to_string(), text);
+        }
+        let pinned = OciReference::parse(&format!("oci://localhost:5000/a@sha256:{HEX}")).unwrap();
+        assert!(pinned.is_pinned() && pinned.tag().is_none());
+        let tagged = OciReference::parse("oci://localhost:5000/a/b:v1").unwrap();
+        assert_eq!(
+            (tagged.registry(), tagged.repository(), tagged.tag()),
+            ("localhost:5000", "a/b", Some("v1"))
+        );
+        assert_eq!(tagged.pinned(HEX), pinned_in(&tagged));
+    }
+
+    fn pinned_in(tagged: &OciReference) -> OciReference {
+        OciReference::parse(&format!(
+            "oci://{}/{}@sha256:{HEX}",
+            tagged.registry(),
+            tagged.repository()
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_bad_reference_says_what_is_wrong() {
+        let error = |text: &str| OciReference::parse(text).unwrap_err();
+        let (scheme, registry, repository) = (
+            ReferenceError::Scheme(String::new()),
+            ReferenceError::Registry(String::new()),
+            ReferenceError::Repository(String::new()),
+        );
+        let (no_target, tag, digest) = (
+            ReferenceError::NoTarget(String::new()),
+            ReferenceError::Tag(String::new()),
+            ReferenceError::Digest(String::new()),
+        );
+        let sha512 = format!("oci://host/a@sha512:{HEX}");
+        for (text, kind) in [
+            ("localhost/a:v1", &scheme),
+            ("oci://localhost:5000", &repository),
+            ("oci://local_host/a:v1", &registry),
+            ("oci://host:99999/a:v1", &registry),
+            ("oci://[zz]/a:v1", &registry),
+            ("oci://host/A:v1", &repository),
+            ("oci://host/a/:v1", &repository),
+            ("oci://host/a", &no_target),
+            ("oci://host/a:-x", &tag),
+            ("oci://host/a@sha256:ABC", &digest),
+            (&sha512, &digest),
+        ] {
+            let got = error(text);
+            assert_eq!(
+                std::mem::discriminant(&got),
+                std::mem::discriminant(kind),
+                "{text}: {got}"
+            );
+        }
+        assert_eq!(
+            error("oci://host/a\n").to_string(),
+            "`oci://host/a\\n`: the repository must be lowercase path components \
+             of letters, digits and . _ - (at most 255 characters)"
+        );
+    }
+
+    #[test]
+    fn loopback_is_localhost_127_and_ipv6_one() {
+        let loopback = |registry: &str| {
+            OciReference::parse(&format!("oci://{registry}/a:v1"))
+                .unwrap()
+                .is_loopback()
+        };
+        for registry in [
+            "localhost",
+            "localhost:5000",
+            "127.0.0.1:5000",
+            "127.1.2.3",
+            "[::1]:5000",
+            "[::1]",
+        ] {
+            assert!(loopback(registry), "{registry}");
+        }
+        for registry in [
+            "ghcr.io",
+            "10.0.0.1:5000",
+            "[::2]:5000",
+            "localhost.example",
+            "128.0.0.1",
+        ] {
+            assert!(!loopback(registry), "{registry}");
+        }
+    }
+}
