@@ -74,7 +74,9 @@ async fn a_timeout_kills_the_whole_process_group() {
         &format!("sleep 30 & echo $! > {}; wait", pid_file.display()),
         overlay().await,
     );
-    req.timeout = Duration::from_millis(300);
+    // Long enough for bash to start and write the pid even on a loaded
+    // machine (at 300 ms it once timed out before the pid was written).
+    req.timeout = Duration::from_secs(2);
     let started = Instant::now();
     let output = LocalExecutor.run(req).await.unwrap();
     assert!(output.timed_out);
@@ -84,6 +86,10 @@ async fn a_timeout_kills_the_whole_process_group() {
         "the sleeping grandchild held the call"
     );
     let grandchild = std::fs::read_to_string(&pid_file).unwrap();
+    assert!(
+        !grandchild.trim().is_empty(),
+        "the grandchild never started"
+    );
     let alive = std::path::Path::new(&format!("/proc/{}", grandchild.trim())).exists();
     let zombie_or_gone = !alive
         || std::fs::read_to_string(format!("/proc/{}/stat", grandchild.trim()))
