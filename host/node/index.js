@@ -1,9 +1,28 @@
 'use strict';
-// @dsh-env/node: the public API over the native binding (binding.js, built by
-// `npm run build`). It turns the binding's errors into DshEnvError
-// subclasses and accepts options in JavaScript's camelCase.
+// @dsh-env/node: the public API over the native addon. It turns the addon's
+// errors into DshEnvError subclasses and accepts options in JavaScript's
+// camelCase.
 
-const binding = require('./binding.js');
+/**
+ * The addon for this platform, named as napi-rs names it:
+ * `dsh-env.<platform>-<arch>[-<libc>].node`, built by `npm run build` (or
+ * copied from the workspace build by `scripts/test`).
+ */
+function loadBinding() {
+  let libc = '';
+  if (process.platform === 'linux') {
+    libc = process.report?.getReport()?.header?.glibcVersionRuntime ? '-gnu' : '-musl';
+  }
+  const file = `./dsh-env.${process.platform}-${process.arch}${libc}.node`;
+  try {
+    return require(file);
+  } catch (error) {
+    if (error?.code !== 'MODULE_NOT_FOUND') throw error;
+    throw new Error(`@dsh-env/node: no addon ${file} for this platform: run \`npm run build\` in its package`);
+  }
+}
+
+const binding = loadBinding();
 
 /** A dsh-env failure, with a stable `code` and what it names. */
 class DshEnvError extends Error {
@@ -112,7 +131,8 @@ class Registry {
   }
 
   /** The overlay for one execution, and the contributors omitted from it. */
-  collect(execution) {
+  async collect(execution) {
+    // The addon answers at once when nothing had to wait, else with a Promise.
     return guard(() => this.#native.collect(execution));
   }
 

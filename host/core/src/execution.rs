@@ -31,7 +31,12 @@ pub struct Agent {
 
 /// One tool call. It holds no command text and no secrets: that is all a
 /// contributor ever sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// It deserializes from the reference harness's JSON shape, with the checks
+/// of [`ToolExecution::from_json`], from any serde format (the Node.js addon
+/// reads a JavaScript object directly).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "ExecutionJson")]
 pub struct ToolExecution {
     /// This call's id.
     pub call_id: String,
@@ -148,7 +153,15 @@ impl ToolExecution {
     /// `{"callId", "rootCallId", "name", "arguments", "background",
     /// "agent": {"session": {"header": {"id", "cwd", "parentId"?}}, "depth"?}}`.
     pub fn from_json(text: &str) -> Result<Self, ExecutionJsonError> {
-        let json: ExecutionJson = serde_json::from_str(text)?;
+        Self::try_from(serde_json::from_str::<ExecutionJson>(text)?)
+    }
+}
+
+impl TryFrom<ExecutionJson> for ToolExecution {
+    type Error = ExecutionJsonError;
+
+    /// Checks the text fields for control characters and the cwd for being absolute.
+    fn try_from(json: ExecutionJson) -> Result<Self, ExecutionJsonError> {
         let header = json.agent.as_ref().map(|agent| &agent.session.header);
         let fields = [
             ("callId", Some(&json.call_id)),

@@ -119,6 +119,29 @@ test('exec gives the command the scrubbed environment plus the overlay, off the 
   assert.equal(timedOut.timedOut, true);
 });
 
+test('a busy contributor never holds the event loop past an epoch tick', async () => {
+  const registry = openRegistry();
+  await puppet(registry, { name: 'busy', keys: 'DSH_BUSY=busy', resolve: 'loop' }, {
+    limits: { deadlineMs: 300 },
+    onError: 'omit',
+  });
+  let ticks = 0;
+  const timer = setInterval(() => ticks++, 1);
+  try {
+    // The guest spins until its deadline; collect moves off this thread at
+    // its first epoch yield, so the timer keeps firing meanwhile.
+    for (const call of ['c1', 'c2']) {
+      const before = ticks;
+      const { omitted } = await registry.collect(execution(call, 's'));
+      assert.equal(omitted.length, 1);
+      assert.match(omitted[0], /`busy`.*deadline of 300ms exceeded/);
+      assert.ok(ticks - before >= 10, `only ${ticks - before} timer ticks during a 300 ms collection`);
+    }
+  } finally {
+    clearInterval(timer);
+  }
+});
+
 test('dispose during a collection: that execution keeps it, the next does not', async () => {
   const registry = openRegistry();
   const slow = await puppet(registry, { name: 'slow', keys: 'DSH_SLOW=slow', pairs: 'DSH_SLOW=1', resolve: 'sleep:300' });
