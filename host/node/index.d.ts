@@ -22,6 +22,23 @@ export interface OpenOptions {
   home?: string;
   /** The `dsh-env-compile` helper (default: $DSH_ENV_COMPILER, then PATH). */
   compiler?: string;
+  /** What `exec`'s commands inherit: a manifest's `[environment]`, in camelCase. */
+  environment?: EnvironmentPolicy;
+}
+
+/**
+ * A manifest's `[environment]`, after Codex's `shell_environment_policy`.
+ * The credential and `DSH_*` scrubs always apply after it.
+ */
+export interface EnvironmentPolicy {
+  /** `all` (default), `core` (HOME, PATH, USER, ...) or `none`. */
+  inherit?: 'all' | 'core' | 'none';
+  /** Inherited names removed, by pattern (`*`, `?`; any case). */
+  exclude?: string[];
+  /** Variables every command gets (never a `DSH_*` name). */
+  set?: Record<string, string>;
+  /** When not empty, only inherited names matching one of these are kept. */
+  includeOnly?: string[];
 }
 
 /** A manifest's `[contributor.limits]`, in camelCase. */
@@ -154,6 +171,11 @@ export class Registry {
   register(path: string, options?: RegisterOptions): Promise<Registration>;
   list(): KeyListing[];
   contributors(): ContributorListing[];
+  /**
+   * How many contributors have an instance made ahead of their next call.
+   * `collect` starts making them in the background when it ends.
+   */
+  prepared(): number;
   collect(execution: ToolExecution): Promise<Collection>;
   explain(execution: ToolExecution): Promise<Explanation>;
   exec(execution: ToolExecution, command: string, options?: ExecOptions): Promise<ExecResult>;

@@ -109,7 +109,8 @@ class Registry {
 
   /** Opens a registry; `home` defaults to $DSH_HOME, then ~/.dsh. */
   static open(options = {}) {
-    return new Registry(guard(() => binding.Registry.open(options.home, options.compiler)));
+    const environment = snakeCase(options.environment);
+    return new Registry(guard(() => binding.Registry.open(options.home, options.compiler, environment)));
   }
 
   /** Loads, declares (checked) and registers the component at `path`. */
@@ -128,6 +129,11 @@ class Registry {
   /** Every registered contributor: origin, sha256, signer, grants, on_error. */
   contributors() {
     return guard(() => this.#native.contributors());
+  }
+
+  /** How many contributors have an instance made ahead of their next call. */
+  prepared() {
+    return this.#native.prepared();
   }
 
   /** The overlay for one execution, and the contributors omitted from it. */

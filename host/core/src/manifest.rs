@@ -93,6 +93,18 @@ pub struct EnvironmentEntry {
     pub include_only: Vec<String>,
 }
 
+impl EnvironmentEntry {
+    /// The policy these fields describe, checked.
+    pub fn policy(&self) -> Result<EnvironmentPolicy, PolicyError> {
+        EnvironmentPolicy::new(
+            self.inherit,
+            &self.exclude,
+            self.set.clone(),
+            &self.include_only,
+        )
+    }
+}
+
 /// Why a manifest could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -190,14 +202,7 @@ impl Manifest {
 
     /// The validated `[environment]` policy.
     pub fn environment(&self) -> Result<EnvironmentPolicy, ManifestError> {
-        let entry = &self.environment;
-        EnvironmentPolicy::new(
-            entry.inherit,
-            &entry.exclude,
-            entry.set.clone(),
-            &entry.include_only,
-        )
-        .map_err(|source| ManifestError::Environment {
+        (self.environment.policy()).map_err(|source| ManifestError::Environment {
             path: self.origin.clone(),
             source,
         })

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use dsh_env::environment::EnvironmentPolicy;
+use dsh_env::manifest::EnvironmentEntry;
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, RegistryError, Runtime, ToolExecution,
@@ -93,6 +95,8 @@ pub struct Registry {
     /// Whether a collection had to wait: later ones then start on the
     /// runtime rather than on the caller's thread.
     waited: AtomicBool,
+    /// What `exec`'s commands inherit.
+    environment: EnvironmentPolicy,
 }
 
 /// Registrations by handle id.
@@ -104,7 +108,19 @@ impl Registry {
     /// then `~/.dsh`); `compiler` the `dsh-env-compile` helper (default:
     /// `$DSH_ENV_COMPILER`, then `PATH`).
     #[napi(factory)]
-    pub fn open(home: Option<String>, compiler: Option<String>) -> Result<Registry> {
+    pub fn open(
+        home: Option<String>,
+        compiler: Option<String>,
+        environment: Option<Value>,
+    ) -> Result<Registry> {
+        let environment = match environment {
+            None => EnvironmentPolicy::default(),
+            Some(value) => {
+                let entry: EnvironmentEntry = (serde_json::from_value(value))
+                    .map_err(|e| invalid(format!("environment: {e}")))?;
+                (entry.policy()).map_err(|e| invalid(format!("environment: {e}")))?
+            }
+        };
         let explicit: Vec<HomeSetting> = (home.into_iter())
             .map(|path| HomeSetting {
                 origin: "the home option".into(),
@@ -123,6 +139,7 @@ impl Registry {
             held: Held::default(),
             next_id: AtomicU64::new(0),
             waited: AtomicBool::new(false),
+            environment,
         })
     }
 
@@ -170,6 +187,12 @@ impl Registry {
     #[napi(ts_return_type = "Array<Record<string, unknown>>")]
     pub fn contributors(&self) -> Result<Value> {
         serde_json::to_value(self.inner.contributors()).map_err(invalid)
+    }
+
+    /// How many contributors have an instance made ahead of their next call.
+    #[napi]
+    pub fn prepared(&self) -> u32 {
+        u32::try_from(self.inner.prepared()).unwrap_or(u32::MAX)
     }
 
     /// The overlay for one execution, `{KEY: value}` sorted by key, and the
@@ -237,6 +260,7 @@ impl Registry {
         let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
             .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
         request.env = env.unwrap_or_default().into_iter().collect();
+        request.environment = self.environment.clone();
         request.stdin = stdin.map(String::into_bytes);
         if let Some(ms) = timeout_ms {
             request.timeout = Duration::from_millis(ms.into());

@@ -13,10 +13,10 @@ const target = process.env.CARGO_TARGET_DIR ?? resolve(here, '../../../target');
 /** A guest built by `cargo test` (tests/artifacts), by file name. */
 export const guest = (name) => join(target, 'wasm32-wasip2/guest', `${name}.wasm`);
 
-/** A registry in a fresh home. */
-export function openRegistry() {
+/** A registry in a fresh home, with `options` for `Registry.open`. */
+export function openRegistry(options = {}) {
   const home = mkdtempSync(join(tmpdir(), 'dsh-env-node-'));
-  return dshEnv.Registry.open({ home, compiler: join(target, 'debug/dsh-env-compile') });
+  return dshEnv.Registry.open({ home, compiler: join(target, 'debug/dsh-env-compile'), ...options });
 }
 
 /** The `puppet` test guest, its role given by `config` (see tests/guests/puppet). */

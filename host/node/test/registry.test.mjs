@@ -119,6 +119,25 @@ test('exec gives the command the scrubbed environment plus the overlay, off the 
   assert.equal(timedOut.timedOut, true);
 });
 
+test('the environment option sets what exec\'s commands inherit, and a bad one is refused', async () => {
+  const registry = openRegistry({ environment: { inherit: 'core', set: { GREETING: 'hi' } } });
+  process.env.MY_SETTING = 'kept?';
+  try {
+    const result = await registry.exec(execution('c1', 's'), 'echo "$GREETING|${MY_SETTING-unset}|$DSH_SHELL"');
+    assert.equal(result.stdout, 'hi|unset|1\n', result.stderr);
+  } finally {
+    delete process.env.MY_SETTING;
+  }
+  assert.throws(
+    () => openRegistry({ environment: { set: { DSH_FORGED: '1' } } }),
+    (error) => error instanceof dshEnv.DshEnvError && error.code === 'DSH_INVALID_ARGUMENT' && /DSH_FORGED/.test(error.message),
+  );
+  assert.throws(
+    () => openRegistry({ environment: { inherrit: 'none' } }),
+    (error) => error.code === 'DSH_INVALID_ARGUMENT' && /inherrit/.test(error.message),
+  );
+});
+
 test('a busy contributor never holds the event loop past an epoch tick', async () => {
   const registry = openRegistry();
   await puppet(registry, { name: 'busy', keys: 'DSH_BUSY=busy', resolve: 'loop' }, {
