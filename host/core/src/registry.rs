@@ -708,6 +708,18 @@ impl Registry {
         snapshot.values().filter(ready).count()
     }
 
+    /// Whether [`Registry::prepare`] has nothing to make: every WASM
+    /// contributor that can have an instance made ahead has one.
+    pub fn is_prepared(&self) -> bool {
+        let snapshot = self.inner.snapshot();
+        snapshot.values().all(|entry| match &entry.resolver {
+            Resolver::Wasm(wasm) => {
+                wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some()
+            }
+            Resolver::Native(_) => true,
+        })
+    }
+
     /// [`Registry::collect`], also reporting the contributors that failed
     /// under `on_error = "omit"` and were left out.
     pub async fn collect_report(

@@ -221,7 +221,9 @@ impl Registry {
         let mut collection = Box::pin(async move {
             let collection = registry.collect_report(&execution).await;
             // The next call's instances, made while the caller works.
-            napi::bindgen_prelude::spawn(async move { registry.prepare().await });
+            if !registry.is_prepared() {
+                napi::bindgen_prelude::spawn(async move { registry.prepare().await });
+            }
             let collection = collection.map_err(|e| failed(&e))?;
             let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
                 .map(|(key, value)| (key.to_string(), Value::String(value.to_string())))

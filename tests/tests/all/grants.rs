@@ -60,6 +60,8 @@ async fn branch(grants: &str, execution: &ToolExecution) -> Option<String> {
     // instantiated at the call.
     let granted = grants.contains("cwd");
     assert_eq!(registry.prepared(), usize::from(!granted));
+    // Nothing is left to make ahead either way: a cwd-granted instance never is.
+    assert!(registry.is_prepared());
     let overlay = registry.collect(execution).await.unwrap();
     overlay.get("DSH_GIT_BRANCH").map(str::to_string)
 }

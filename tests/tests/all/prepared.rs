@@ -38,9 +38,11 @@ async fn an_instance_made_ahead_serves_one_call_only() {
             registry.prepare().await; // preparing twice makes no second instance
         }
         assert_eq!(registry.prepared(), 1);
+        assert!(registry.is_prepared());
         let call = format!("call-{i}");
         let overlay = registry.collect(&agent_call(&call, "s")).await.unwrap();
         assert_eq!(registry.prepared(), 0, "the call took it");
+        assert!(!registry.is_prepared());
         assert_eq!(overlay.get("DSH_SERVED"), Some("1"), "call {i}");
         assert_eq!(overlay.get("DSH_CALL"), Some(call.as_str()));
     }
