@@ -1,5 +1,8 @@
 //! What every command shares: failures and exit codes, opening a registry
-//! from `--manifest`/`--home`, reading `--execution`, printing JSON.
+//! from `--manifest`/`--home` (with compile progress on a terminal), reading
+//! `--execution`, printing JSON.
+
+mod progress;
 
 use std::path::{Path, PathBuf};
 
@@ -105,7 +108,12 @@ impl Call {
 /// warning naming why, which the default log level shows.)
 pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Registry> {
     let runtime = Runtime::new().map_err(Failure::runtime)?;
-    Ok(Registry::with_runtime(&runtime, home, cache))
+    let registry = Registry::with_runtime(&runtime, home, cache);
+    // A cold cache can take seconds per component: say which, on a terminal.
+    if let Some(progress) = progress::TerminalProgress::for_stderr() {
+        registry.set_compile_progress(progress);
+    }
+    Ok(registry)
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`

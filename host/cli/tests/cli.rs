@@ -218,6 +218,53 @@ fn list_shows_every_key_with_owner_and_description() {
 }
 
 #[test]
+fn compiling_shows_a_line_per_component_on_a_terminal_and_nothing_on_a_pipe() {
+    let f = Fixture::new();
+    let manifest = f.path("manifest.toml");
+    let list = |home: &str| {
+        let home = f.path(home);
+        let args = ["list", "--manifest", manifest.to_str().unwrap()];
+        (args, home)
+    };
+    let compiled_lines = |text: &str| -> Vec<String> {
+        (text.split(['\n', '\r']))
+            .filter(|l| l.starts_with("dsh-env: compiled "))
+            .map(str::to_string)
+            .collect()
+    };
+    // A cold cache on a terminal: one line per component, with its file,
+    // size and time; no escape sequences, so NO_COLOR needs nothing more.
+    let (args, home) = list("cold-terminal");
+    let home_flag = ["--home", home.to_str().unwrap()];
+    let on_terminal = |args: &[&str]| {
+        let output = f.on_terminal(&[args, &home_flag].concat(), "");
+        assert!(output.status.success(), "{}", stdout(&output));
+        stdout(&output)
+    };
+    let shown = on_terminal(&args);
+    let lines = compiled_lines(&shown);
+    assert_eq!(lines.len(), 2, "{shown}");
+    for file in [AGENT_LINEAGE, CALL_TRACE] {
+        let line = lines.iter().find(|l| l.contains(file));
+        let line = line.unwrap_or_else(|| panic!("no line for {file}: {shown}"));
+        assert!(line.contains(" KiB) in "), "{line}");
+        assert!(line.ends_with(" ms") || line.ends_with(" s"), "{line}");
+    }
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+    // Warm: nothing was compiled, nothing is said.
+    assert_eq!(compiled_lines(&on_terminal(&args)), Vec::<String>::new());
+
+    // A cold cache through a pipe: nothing on stderr.
+    let (args, home) = list("cold-pipe");
+    let output = f.run(
+        &[&args[..], &["--home", home.to_str().unwrap()]].concat(),
+        &[],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
+}
+
+#[test]
 fn resolve_prints_the_sorted_overlay_for_an_execution() {
     let f = Fixture::new();
     let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));

@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::input::{escape_controls, is_executable};
@@ -130,17 +130,68 @@ pub(crate) enum CompileError {
     Exceeded(String),
 }
 
+/// Told about every compile (a cache miss), so that a front end can show
+/// progress while the library itself writes nothing to a terminal. Set with
+/// [`crate::Registry::set_compile_progress`]; called on the loading thread,
+/// possibly from several threads at once (a manifest loads in parallel).
+pub trait CompileProgress: Send + Sync {
+    /// Compiling the component `origin` names (a file or reference as the
+    /// caller gave it, not escaped), `bytes` long, begins.
+    fn started(&self, origin: &str, bytes: u64);
+    /// That compile ended after `elapsed`; `ok` is false when it failed
+    /// (the load's error says why).
+    fn finished(&self, origin: &str, bytes: u64, elapsed: Duration, ok: bool);
+}
+
 /// Finds and runs the compile helper.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Compiler {
     /// A path set by the embedder, tried first.
     explicit: RwLock<Option<PathBuf>>,
+    /// Who is told about each compile, if anyone.
+    progress: RwLock<Option<Arc<dyn CompileProgress>>>,
+}
+
+impl std::fmt::Debug for Compiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiler")
+            .field("explicit", &self.explicit)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Compiler {
     /// Uses the helper at `path` from now on.
     pub(crate) fn set_helper(&self, path: PathBuf) {
         *self.explicit.write().unwrap_or_else(|p| p.into_inner()) = Some(path);
+    }
+
+    /// Tells `progress` about every compile from now on.
+    pub(crate) fn set_progress(&self, progress: Arc<dyn CompileProgress>) {
+        *self.progress.write().unwrap_or_else(|p| p.into_inner()) = Some(progress);
+    }
+
+    /// [`Self::compile`], telling the [`CompileProgress`] set, if any, that
+    /// the component `origin` names is compiled.
+    pub(crate) fn compile_reported(
+        &self,
+        origin: &str,
+        bytes: &[u8],
+        bounds: &Bounds,
+        engine_tag: &str,
+    ) -> Result<Vec<u8>, CompileError> {
+        let progress = (self.progress.read())
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(progress) = progress else {
+            return self.compile(bytes, bounds, engine_tag);
+        };
+        let size = bytes.len() as u64;
+        progress.started(origin, size);
+        let start = Instant::now();
+        let compiled = self.compile(bytes, bounds, engine_tag);
+        progress.finished(origin, size, start.elapsed(), compiled.is_ok());
+        compiled
     }
 
     /// The helper: the path set on the registry, else `$DSH_ENV_COMPILER`,

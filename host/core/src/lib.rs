@@ -35,6 +35,7 @@ pub mod spec;
 pub mod store;
 
 pub use cache::ArtifactCache;
+pub use compile::CompileProgress;
 pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,

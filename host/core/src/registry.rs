@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::{ArtifactCache, sha256_hex};
-use crate::compile::Compiler;
+use crate::compile::{CompileProgress, Compiler};
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
@@ -380,6 +380,12 @@ impl Registry {
     /// [`crate::compile`]) instead of looking for `dsh-env-compile`.
     pub fn set_compiler(&self, path: impl Into<PathBuf>) {
         self.inner.compiler.set_helper(path.into());
+    }
+
+    /// Tells `progress` about every component this registry compiles (a
+    /// cache miss), e.g. to show a line per component on a terminal.
+    pub fn set_compile_progress(&self, progress: Arc<dyn CompileProgress>) {
+        self.inner.compiler.set_progress(progress);
     }
 
     /// The precompiled-artifact cache.

@@ -223,7 +223,7 @@ impl Sandbox {
             if !is_component(bytes) {
                 return Err(CompileError::Failed(not_a_component(bytes).to_string()));
             }
-            compiler.compile(bytes, &bounds, &tag)
+            compiler.compile_reported(origin, bytes, &bounds, &tag)
         };
         let crate::cache::Loaded {
             component,
