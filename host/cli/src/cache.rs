@@ -14,9 +14,6 @@ use crate::setup::{CliResult, Failure, print_json, resolve_home};
 /// The variable that sets the cache's size cap, in MiB.
 pub(crate) const MAX_MIB_VAR: &str = "DSH_CACHE_MAX_MIB";
 
-/// The version of `cache list --json`'s shape.
-const JSON_FORMAT: u32 = 1;
-
 /// The arguments of `cache`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -72,7 +69,7 @@ pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
         Action::List { json } => {
             let entries = cache.entries().map_err(failed)?;
             if json {
-                print_json(&listing_json(&cache, &entries));
+                print_json(listing_json(&cache, &entries));
             } else {
                 print_listing(&cache, &entries);
             }
@@ -148,7 +145,6 @@ fn listing_json(cache: &ArtifactCache, entries: &[CachedEntry]) -> serde_json::V
         })
         .collect();
     serde_json::json!({
-        "format": JSON_FORMAT,
         // Lossy: a path need not be UTF-8, and JSON text must be.
         "dir": cache.dir().to_string_lossy(),
         "max_bytes": cache.max_bytes(),
@@ -168,7 +164,7 @@ fn print_eviction(cache: &ArtifactCache, eviction: &Eviction) {
 }
 
 /// `bytes` in KiB or MiB, to one decimal.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     if bytes >= 1 << 20 {
         format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
     } else {

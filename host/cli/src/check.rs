@@ -87,7 +87,7 @@ pub(crate) async fn run(
             .iter()
             .map(|(key, description)| json!({"key": key, "description": description}))
             .collect();
-        print_json(&json!({
+        print_json(json!({
             "file": shown_file,
             "sha256": sha256,
             "signer": signer,

@@ -78,7 +78,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
                 json!({"name": name, "rule": reason.rule(), "reason": reason.to_string()})
             })
             .collect();
-        print_json(&json!({
+        print_json(json!({
             "home": home,
             "keys": keys,
             "absent": absent,

@@ -22,7 +22,7 @@ pub(crate) async fn run(Args { setup, json }: Args) -> CliResult<ExitCode> {
     let registry = &registered.registry;
     let rows = registry.list();
     if json {
-        print_json(&rows);
+        print_json(serde_json::json!({ "keys": rows }));
     } else {
         let width = rows.iter().map(|r| r.key.as_str().len()).max().unwrap_or(0);
         let owner_width = rows.iter().map(|r| r.owner.len()).max().unwrap_or(0);

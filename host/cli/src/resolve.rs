@@ -14,12 +14,13 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// Prints one `KEY=value` line per key (values cannot hold a line break), or JSON.
+/// Prints one `KEY=value` line per key (values cannot hold a line break), or
+/// JSON (`{format, overlay: {KEY: value}}`, keys sorted).
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     let (_execution, _registered, collection) = args.call.collect(false).await?;
     let overlay = collection.overlay;
     if args.json {
-        print_json(&overlay.to_map());
+        print_json(serde_json::json!({ "overlay": overlay.to_map() }));
     } else {
         for (key, value) in overlay.iter() {
             println!("{key}={value}");

@@ -214,9 +214,18 @@ pub(crate) fn parse_env_pair(text: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))
 }
 
-/// Prints `value` as pretty JSON on stdout.
-pub(crate) fn print_json(value: &impl serde::Serialize) {
-    match serde_json::to_string_pretty(value) {
+/// The version of every `--json` shape, carried as its top-level
+/// `"format"`: raised when a shape changes in a way a reader could trip on
+/// (a field removed, renamed or given another meaning), not when one is added.
+pub(crate) const JSON_FORMAT: u32 = 1;
+
+/// Prints the JSON object `value` on stdout, pretty, with `"format"`
+/// ([`JSON_FORMAT`]) added.
+pub(crate) fn print_json(mut value: serde_json::Value) {
+    if let Some(object) = value.as_object_mut() {
+        object.insert("format".into(), JSON_FORMAT.into());
+    }
+    match serde_json::to_string_pretty(&value) {
         Ok(text) => println!("{text}"),
         Err(err) => eprintln!("dsh-env: cannot print JSON: {err}"),
     }

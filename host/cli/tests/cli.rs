@@ -196,7 +196,8 @@ fn list_shows_every_key_with_owner_and_description() {
         "{text}"
     );
     args.push("--json");
-    let rows = json(&f.run(&args, &[]));
+    let listed = json(&f.run(&args, &[]));
+    let rows = &listed["keys"];
     let keys: Vec<&str> = rows
         .as_array()
         .unwrap()
@@ -265,6 +266,64 @@ fn compiling_shows_a_line_per_component_on_a_terminal_and_nothing_on_a_pipe() {
 }
 
 #[test]
+fn every_json_output_carries_its_format_version() {
+    let f = Fixture::new();
+    let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
+    let (manifest, execution) = (manifest.to_str().unwrap(), execution.to_str().unwrap());
+    let call = |command| {
+        let mut args = f.with_setup(command, manifest, &home);
+        args.extend(["--execution", execution, "--json"]);
+        args
+    };
+    let mut list = f.with_setup("list", manifest, &home);
+    list.push("--json");
+    // Each shape as the README's "JSON output" section documents it.
+    let outputs: [(&[&str], &[&str]); 5] = [
+        (&list, &["keys"]),
+        (&call("resolve"), &["overlay"]),
+        (
+            &call("explain"),
+            &[
+                "home",
+                "keys",
+                "absent",
+                "contributors",
+                "scrubbed",
+                "set",
+                "omitted",
+            ],
+        ),
+        (
+            &["check", AGENT_LINEAGE, "--home", &home, "--json"],
+            &[
+                "file", "sha256", "signer", "name", "keys", "imports", "problems",
+            ],
+        ),
+        (
+            &["cache", "list", "--home", &home, "--json"],
+            &["dir", "max_bytes", "total_bytes", "entries"],
+        ),
+    ];
+    for (args, fields) in outputs {
+        let output = f.run(args, &[]);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+        let value = json(&output);
+        assert_eq!(value["format"], 1, "{args:?}: {value}");
+        let mut expected: Vec<&str> = fields.to_vec();
+        expected.push("format");
+        expected.sort_unstable();
+        let mut found: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        found.sort_unstable();
+        assert_eq!(found, expected, "{args:?}");
+    }
+}
+
+#[test]
 fn resolve_prints_the_sorted_overlay_for_an_execution() {
     let f = Fixture::new();
     let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
@@ -272,7 +331,7 @@ fn resolve_prints_the_sorted_overlay_for_an_execution() {
     args.extend(["--execution", execution.to_str().unwrap(), "--json"]);
     let output = f.run(&args, &[("DSH_SESSION_ID", "stale")]);
     assert!(output.status.success(), "{}", stderr(&output));
-    let overlay = json(&output);
+    let overlay = &json(&output)["overlay"];
     let keys: Vec<&String> = overlay.as_object().unwrap().keys().collect();
     assert_eq!(
         keys,
@@ -1828,6 +1887,52 @@ fn logs_are_coloured_only_on_a_terminal_without_no_color_and_debug_is_dsh_envs_o
     let plain = on_terminal("h4", &[("NO_COLOR", "1")]);
     assert!(wasmtime_lines(&plain) > 0, "{plain}");
     assert!(!plain.contains('\u{1b}'), "NO_COLOR: {plain}");
+}
+
+#[test]
+fn the_demo_shows_both_shells_and_whole_hook_lines_from_both_agents() {
+    let f = Fixture::new();
+    let manifest = f.path("manifest.toml");
+    // The demo's home is a new directory under the temporary directory.
+    let tmp = f.path("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let output = f.run(
+        &["demo", "--manifest", manifest.to_str().unwrap()],
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let row = |key: &str| -> Vec<String> {
+        let line = text.lines().find(|l| l.starts_with(key));
+        let line = line.unwrap_or_else(|| panic!("no {key} row: {text}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    };
+    // The child's parent is the parent's session.
+    let sessions = row("DSH_SESSION_ID");
+    assert_eq!(
+        row("DSH_PARENT_SESSION_ID"),
+        ["(absent)", &sessions[0]],
+        "{text}"
+    );
+    // Both agents' SessionStart and PreToolUse hooks ran at once; each line
+    // is whole: the hook's DSH_SESSION_ID, then the payload naming the same
+    // session.
+    let hooks: Vec<&str> = (text.lines())
+        .skip_while(|l| !l.starts_with("What the hooks received"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(hooks.len(), 4, "{text}");
+    for line in hooks {
+        let (session, payload) = line.trim().split_once(' ').unwrap();
+        let payload: serde_json::Value =
+            serde_json::from_str(payload).unwrap_or_else(|e| panic!("{e}: a broken line: {line}"));
+        assert_eq!(payload["session_id"], session, "{line}");
+        assert!(sessions.iter().any(|s| s == session), "{line}");
+    }
 }
 
 #[test]

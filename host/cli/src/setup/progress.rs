@@ -12,6 +12,8 @@ use std::time::Duration;
 use dsh_env::compile::CompileProgress;
 use dsh_env::input::escape_controls;
 
+use crate::cache::size;
+
 /// The status line is cut to this many characters, so it never wraps on a
 /// usual terminal (clearing it clears one row only).
 const STATUS_WIDTH: usize = 78;
@@ -101,16 +103,6 @@ fn cut(text: &str, width: usize) -> impl Iterator<Item = char> + '_ {
     let long = text.chars().count() > width;
     let kept = if long { width - 1 } else { width };
     text.chars().take(kept).chain(long.then_some('…'))
-}
-
-/// `bytes` as KiB or MiB.
-fn size(bytes: u64) -> String {
-    const MIB: f64 = (1 << 20) as f64;
-    if bytes < 1 << 20 {
-        format!("{} KiB", bytes.div_ceil(1024))
-    } else {
-        format!("{:.1} MiB", bytes as f64 / MIB)
-    }
 }
 
 /// `elapsed` as milliseconds under a second, else seconds to a tenth.
