@@ -462,3 +462,62 @@ async fn clearing_leaves_an_empty_cache_that_works() {
     assert!(runs().await, "after the clear");
     assert_eq!(cached(&registry), [digest(AGENT_LINEAGE)].into());
 }
+
+/// Every compile a registry reports, in order.
+#[derive(Default)]
+struct Compiles(std::sync::Mutex<Vec<String>>);
+
+impl dsh_env::CompileProgress for Compiles {
+    fn started(&self, origin: &str, bytes: u64) {
+        assert!(bytes > 0, "{origin}");
+        self.0.lock().unwrap().push(format!("start {origin}"));
+    }
+
+    fn finished(&self, origin: &str, _bytes: u64, _elapsed: std::time::Duration, ok: bool) {
+        assert!(ok, "{origin}");
+        self.0.lock().unwrap().push(format!("end {origin}"));
+    }
+}
+
+/// The compiles `registry` reports while it registers `manifest`.
+async fn compiles_registering(registry: &Registry, manifest: &dsh_env::Manifest) -> Vec<String> {
+    let compiles = std::sync::Arc::new(Compiles::default());
+    registry.set_compile_progress(compiles.clone());
+    let _registered = registry
+        .register_manifest(manifest, &dsh_env::HostEnv::from_process())
+        .await
+        .unwrap();
+    std::mem::take(&mut *compiles.0.lock().unwrap())
+}
+
+#[tokio::test]
+async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss() {
+    let home = tempfile::tempdir().unwrap();
+    let paths = [
+        artifacts::AGENT_LINEAGE,
+        artifacts::CALL_TRACE,
+        artifacts::GIT_CONTEXT,
+    ];
+    let text: String = (paths.iter())
+        .map(|path| format!("[[contributor]]\npath = {path:?}\n"))
+        .collect();
+    let manifest = dsh_env::Manifest::parse(&text, "m.toml", home.path().into()).unwrap();
+    // Loaded in parallel, but each compile ends before the next starts:
+    // wasmtime already uses every core for one.
+    let cold = dsh_env_tests::registry_at(home.path());
+    let events = compiles_registering(&cold, &manifest).await;
+    assert_eq!(events.len(), 2 * paths.len(), "{events:?}");
+    for pair in events.chunks(2) {
+        let origin = pair[0].strip_prefix("start ").unwrap();
+        assert_eq!(pair[1], format!("end {origin}"), "{events:?}");
+    }
+    for path in paths {
+        assert!(events.contains(&format!("start {path}")), "{events:?}");
+    }
+    // Warm: mapped from the cache, nothing compiled, nothing said.
+    let warm = dsh_env_tests::registry_at(home.path());
+    assert_eq!(
+        compiles_registering(&warm, &manifest).await,
+        Vec::<String>::new()
+    );
+}
