@@ -7,7 +7,8 @@
 //! The tools come from `scripts/setup-polyglot`: componentize-py in the venv
 //! `target/tools/venv`, componentize-js in `contributors/call-context/node_modules`,
 //! and Debian's clang, lld and wasi-libc. The C bindings and the final
-//! componentization use the `wit-bindgen-c` and `wit-component` crates.
+//! componentization come from `dsh-env-authoring`, the code behind
+//! `dsh-env bindgen c` and `dsh-env componentize`.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -15,10 +16,6 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
-
-use wasi_preview1_component_adapter_provider::{
-    WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME, WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-};
 
 const SETUP: &str = "run scripts/setup-polyglot to install the tools that build the Python, JavaScript and C contributors";
 
@@ -164,13 +161,11 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
             "wasi-libc is missing: {SETUP}"
         );
         let generated = fresh_dir(&out.join("workspace_id.gen"));
-        let (mut resolve, world) = Contract::frozen(workspace).world();
-        let mut files = wit_bindgen_core::Files::default();
-        wit_bindgen_c::Opts::default()
-            .build()
-            .generate(&mut resolve, world, &mut files)
-            .unwrap_or_else(|e| panic!("generate C bindings: {e:#}"));
-        for (name, contents) in files.iter() {
+        let contract = Contract::frozen(workspace).parse();
+        let files = contract
+            .c_bindings()
+            .unwrap_or_else(|e| panic!("generate C bindings: {e}"));
+        for (name, contents) in files {
             let path = generated.join(name);
             fs::write(&path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         }
@@ -201,16 +196,9 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
         run(&mut clang);
 
         let module = fs::read(&module).unwrap_or_else(|e| panic!("read {}: {e}", module.display()));
-        let bytes = wit_component::ComponentEncoder::default()
-            .module(&module)
-            .and_then(|encoder| {
-                encoder.validate(true).adapter(
-                    WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME,
-                    WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-                )
-            })
-            .and_then(wit_component::ComponentEncoder::encode)
-            .unwrap_or_else(|e| panic!("componentize workspace_id: {e:#}"));
+        let bytes = contract
+            .componentize(&module)
+            .unwrap_or_else(|e| panic!("componentize workspace_id: {e}"));
         fs::write(component, bytes)
             .unwrap_or_else(|e| panic!("write {}: {e}", component.display()));
     })
@@ -218,8 +206,7 @@ fn workspace_id(workspace: &Path, out: &Path) -> PathBuf {
 
 /// `tests/guests/<name>/<name>.wat` (with `_` for `-` in the file name): a
 /// core module written in WAT, with the contributor world of `contract`
-/// embedded, encoded as a component (it imports nothing, so it needs no
-/// adapter).
+/// embedded, encoded as a component.
 fn wat_guest(workspace: &Path, out: &Path, name: &str, contract: &Contract) -> PathBuf {
     let stem = name.replace('-', "_");
     let source = workspace.join(format!("tests/guests/{name}/{stem}.wat"));
@@ -229,21 +216,13 @@ fn wat_guest(workspace: &Path, out: &Path, name: &str, contract: &Contract) -> P
         None => stem,
     };
     cached(out, &output, &inputs, |component| {
-        let mut module =
+        let module =
             wat::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", source.display()));
-        let (resolve, world) = contract.world();
-        wit_component::embed_component_metadata(
-            &mut module,
-            &resolve,
-            world,
-            wit_component::StringEncoding::UTF8,
-        )
-        .unwrap_or_else(|e| panic!("embed the contributor world: {e:#}"));
-        let bytes = wit_component::ComponentEncoder::default()
-            .module(&module)
-            .map(|encoder| encoder.validate(true))
-            .and_then(wit_component::ComponentEncoder::encode)
-            .unwrap_or_else(|e| panic!("componentize {name}: {e:#}"));
+        // It imports nothing, so the reactor adapter goes unused.
+        let bytes = contract
+            .parse()
+            .componentize(&module)
+            .unwrap_or_else(|e| panic!("componentize {name}: {e}"));
         fs::write(component, bytes)
             .unwrap_or_else(|e| panic!("write {}: {e}", component.display()));
     })
@@ -280,18 +259,24 @@ impl Contract {
         files
     }
 
-    /// Its `contributor` world.
-    fn world(&self) -> (wit_parser::Resolve, wit_parser::WorldId) {
-        let mut resolve = wit_parser::Resolve::default();
+    /// Its files parsed, as the contract to build against.
+    fn parse(&self) -> dsh_env_authoring::Contract {
         let dir = self.dir.display();
-        let package = match self.version {
-            None => resolve.push_dir(&self.dir).map(|(package, _)| package),
-            Some(version) => {
-                let [file] = &self.files()[..] else {
-                    panic!("{dir}: only a one-file contract can be relabelled");
-                };
+        let files: Vec<(String, String)> = self
+            .files()
+            .iter()
+            .map(|file| {
                 let text = fs::read_to_string(file)
                     .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+                (file.display().to_string(), text)
+            })
+            .collect();
+        let files = match self.version {
+            None => files,
+            Some(version) => {
+                let [(file, text)] = &files[..] else {
+                    panic!("{dir}: only a one-file contract can be relabelled");
+                };
                 let relabelled: String = text
                     .lines()
                     .map(|line| match line.starts_with("package dsh:env@") {
@@ -299,14 +284,11 @@ impl Contract {
                         false => format!("{line}\n"),
                     })
                     .collect();
-                resolve.push_str(file, &relabelled)
+                vec![(file.clone(), relabelled)]
             }
-        }
-        .unwrap_or_else(|e| panic!("parse {dir}: {e:#}"));
-        let world = resolve
-            .select_world(&[package], Some("contributor"))
-            .unwrap_or_else(|e| panic!("select the contributor world: {e:#}"));
-        (resolve, world)
+        };
+        dsh_env_authoring::Contract::parse(files.iter().map(|(f, t)| (f.as_str(), t.as_str())))
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
     }
 }
 
