@@ -7,11 +7,13 @@
 //! naming the file, contributor, key or limit at fault.
 
 mod add;
+mod authoring;
 mod cache;
 mod check;
 mod demo;
 mod explain;
 mod list;
+mod new;
 mod push;
 mod resolve;
 mod run;
@@ -77,6 +79,14 @@ enum Command {
     /// Show, trim or empty the home's compile cache (capped at
     /// $DSH_CACHE_MAX_MIB, default 512 MiB, least recently used out first).
     Cache(cache::Args),
+    /// Create a contributor project in a new directory: `make` in it builds
+    /// contributor.wasm.
+    New(new::Args),
+    /// Write the bindings for the contract (dsh:env@0.1.0, world contributor).
+    Bindgen(authoring::BindgenArgs),
+    /// Make a core WebAssembly module a contributor component: embed the
+    /// world if it lacks it, adapt WASI preview1 (reactor), validate.
+    Componentize(authoring::ComponentizeArgs),
     /// Print a completion script for a shell, e.g.
     /// `dsh-env completions bash > ~/.local/share/bash-completion/completions/dsh-env`.
     Completions {
@@ -167,6 +177,9 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache(args) => cache::run(args),
+        Command::New(args) => new::run(args),
+        Command::Bindgen(args) => authoring::bindgen(args),
+        Command::Componentize(args) => authoring::componentize(args),
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "dsh-env", &mut std::io::stdout());

@@ -2484,3 +2484,254 @@ fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
         requiring(&author)
     );
 }
+
+/// The repository: the suite's installed tools live there.
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `dsh-env new <tmp>/<name> --lang <lang>`, then `make <vars>` in it (with
+/// this process's environment, for the toolchains); returns the project.
+fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
+    let name = format!("my-{lang}-tool");
+    let project = f.path(&name);
+    let project_arg = project.to_str().unwrap();
+    let created = f.run(&["new", project_arg, "--lang", lang], &[]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(
+        stdout(&created).contains(&key_of(lang)),
+        "{}",
+        stdout(&created)
+    );
+    let made = Command::new("make")
+        .arg("-C")
+        .arg(&project)
+        .arg(format!("DSH_ENV={BINARY}"))
+        .args(vars)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "make in a new {lang} project failed:\n{}{}",
+        stdout(&made),
+        stderr(&made)
+    );
+    project
+}
+
+/// The key the template for `lang` declares (named `my-<lang>-tool`).
+fn key_of(lang: &str) -> String {
+    format!("DSH_MY_{}_TOOL", lang.to_uppercase())
+}
+
+/// The project's component passes `check`, and its manifest resolves the
+/// template's key to the call's tool.
+fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
+    let home = f.home();
+    let component = project.join("contributor.wasm");
+    let checked = f
+        .command(
+            &["check", component.to_str().unwrap(), "--home", &home],
+            &[],
+        )
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "{lang}: {}{}",
+        stdout(&checked),
+        stderr(&checked)
+    );
+    assert!(
+        stdout(&checked).contains(&key_of(lang)),
+        "{}",
+        stdout(&checked)
+    );
+    let manifest = project.join("manifest.toml");
+    let execution = f.path("execution.json");
+    let resolved = f
+        .command(
+            &[
+                "resolve",
+                "--manifest",
+                manifest.to_str().unwrap(),
+                "--home",
+                &home,
+                "--execution",
+                execution.to_str().unwrap(),
+            ],
+            &[],
+        )
+        .output()
+        .unwrap();
+    assert!(resolved.status.success(), "{lang}: {}", stderr(&resolved));
+    assert!(
+        stdout(&resolved).contains(&format!("{}=bash\n", key_of(lang))),
+        "{lang}: {}",
+        stdout(&resolved)
+    );
+}
+
+#[test]
+fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
+    let f = Fixture::new();
+    // The guest SDK as published would come from crates.io; offline, the
+    // checkout's stands in for it, and the registry cache serves the rest.
+    // A target folder of the suite's own keeps the second run quick.
+    let sdk = repository().join("guest-sdk");
+    let rust_target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-rust");
+    let rust = new_and_make(
+        &f,
+        "rust",
+        &[
+            format!(
+                "CARGO_FLAGS=--offline --config 'patch.crates-io.dsh-env-guest.path=\"{}\"'",
+                sdk.display()
+            ),
+            format!("CARGO_TARGET_DIR={}", rust_target.display()),
+        ],
+    );
+    assert_checks_and_resolves(&f, "rust", &rust);
+    let size = std::fs::metadata(rust.join("contributor.wasm"))
+        .unwrap()
+        .len();
+    assert!(
+        size < 200_000,
+        "the size profile is not applied: {size} bytes"
+    );
+
+    let c = new_and_make(&f, "c", &[]);
+    assert!(c.join("gen/contributor_component_type.o").exists());
+    assert_checks_and_resolves(&f, "c", &c);
+}
+
+#[test]
+fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
+    let f = Fixture::new();
+    let repo = repository();
+    let tool = repo.join("target/tools/venv/bin/componentize-py");
+    let modules = repo.join("contributors/call-context/node_modules");
+    // Each keeps one core busy for tens of seconds: side by side.
+    std::thread::scope(|scope| {
+        let python = scope.spawn(|| {
+            let vars = [format!("COMPONENTIZE_PY={}", tool.display())];
+            let project = new_and_make(&f, "python", &vars);
+            assert!(project.join("wit/contributor.wit").exists());
+            assert_checks_and_resolves(&f, "python", &project);
+        });
+        let vars = [format!("NODE_MODULES={}", modules.display())];
+        let project = new_and_make(&f, "js", &vars);
+        assert_checks_and_resolves(&f, "js", &project);
+        python.join().unwrap();
+    });
+}
+
+#[test]
+fn new_refuses_a_non_empty_directory_and_a_bad_name_saying_why() {
+    let f = Fixture::new();
+    let taken = f.path("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    let out = f.run(&["new", taken.to_str().unwrap(), "--lang", "c"], &[]);
+    assert_config_error(&out, &["taken exists and is not empty"]);
+    assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 1);
+
+    let out = f.run(
+        &["new", f.path("My_Tool").to_str().unwrap(), "--lang", "rust"],
+        &[],
+    );
+    assert_config_error(
+        &out,
+        &["`My_Tool` cannot name a contributor", "'M'", "--name"],
+    );
+    let out = f.run(
+        &[
+            "new",
+            f.path("x").to_str().unwrap(),
+            "--lang",
+            "js",
+            "--name",
+            "session-id",
+        ],
+        &[],
+    );
+    assert_config_error(&out, &["DSH_SESSION_ID, is reserved"]);
+    assert!(!f.path("x").exists());
+
+    // An empty directory is fine, and --name wins over its name.
+    let empty = f.path("Empty Dir");
+    std::fs::create_dir(&empty).unwrap();
+    let out = f.run(
+        &[
+            "new",
+            empty.to_str().unwrap(),
+            "--lang",
+            "python",
+            "--name",
+            "greeter",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let app = std::fs::read_to_string(empty.join("app.py")).unwrap();
+    assert!(
+        app.contains("\"greeter\"") && app.contains("DSH_GREETER"),
+        "{app}"
+    );
+    assert!(empty.join(".gitignore").exists() && empty.join("README.md").exists());
+}
+
+#[test]
+fn bindgen_and_componentize_name_what_is_wrong() {
+    let f = Fixture::new();
+    let gen_dir = f.path("gen");
+    let out = f.run(&["bindgen", "c", gen_dir.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for file in [
+        "contributor.h",
+        "contributor.c",
+        "contributor_component_type.o",
+    ] {
+        assert!(stdout(&out).contains(file), "{}", stdout(&out));
+        assert!(gen_dir.join(file).exists(), "{file}");
+    }
+
+    let componentize = |input: &Path, output: &str| {
+        let output = f.path(output);
+        let out = f.run(
+            &[
+                "componentize",
+                input.to_str().unwrap(),
+                "-o",
+                output.to_str().unwrap(),
+            ],
+            &[],
+        );
+        (out, output)
+    };
+    let text = f.write("notes.txt", "not wasm");
+    let (out, written) = componentize(&text, "a.wasm");
+    assert_one_line_error(&out, 1, &["notes.txt", "not a WebAssembly module"]);
+    assert!(!written.exists());
+
+    let (out, _) = componentize(Path::new(AGENT_LINEAGE), "b.wasm");
+    assert_one_line_error(&out, 1, &["already a component"]);
+
+    // An empty core module: the world is embedded, but nothing exports it.
+    let empty = f.path("empty.wasm");
+    std::fs::write(&empty, b"\0asm\x01\0\0\0").unwrap();
+    let (out, written) = componentize(&empty, "c.wasm");
+    assert_one_line_error(
+        &out,
+        1,
+        &[
+            "empty.wasm",
+            "does not fit the world `dsh:env/contributor@0.1.0`",
+            "declare",
+        ],
+    );
+    assert!(!written.exists());
+
+    let (out, _) = componentize(&f.path("missing.wasm"), "d.wasm");
+    assert_config_error(&out, &["cannot read module", "missing.wasm"]);
+}

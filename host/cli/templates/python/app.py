@@ -1,0 +1,23 @@
+"""`{{name}}`: a dsh-env contributor.
+
+`declare` names every key it may set; `resolve` returns their values for one
+tool call, in a fresh sandboxed instance each time.
+"""
+
+import wit_world
+from wit_world.imports.types import Declaration, Execution, KeyDeclaration
+
+KEY = "{{key}}"
+
+
+class WitWorld(wit_world.WitWorld):
+    def declare(self) -> Declaration:
+        return Declaration(
+            name="{{name}}",
+            keys=[KeyDeclaration(key=KEY, description="The tool this call runs, e.g. bash.")],
+        )
+
+    def resolve(self, execution: Execution) -> list[tuple[str, str]]:
+        # Raising fails the call with the error's message; a key left out is
+        # absent.
+        return [(KEY, execution.tool)]
