@@ -54,7 +54,8 @@ macro_rules! template {
 const COMMON: &[TemplateFile] = template!["manifest.toml" => "manifest.toml"];
 
 const RUST: &[TemplateFile] = template![
-    "Cargo.toml" => "rust/Cargo.toml",
+    // Not `Cargo.toml` here: cargo would take the folder for a package.
+    "Cargo.toml" => "rust/Cargo.toml.in",
     "rust-toolchain.toml" => "rust/rust-toolchain.toml",
     "src/lib.rs" => "rust/src/lib.rs",
     "Makefile" => "rust/Makefile",
