@@ -783,6 +783,9 @@ fn every_subcommand_has_help() {
         "serve",
         "completions",
         "push",
+        "new",
+        "bindgen",
+        "componentize",
     ] {
         let output = Command::new(BINARY).args([sub, "--help"]).output().unwrap();
         assert!(output.status.success(), "{sub}");

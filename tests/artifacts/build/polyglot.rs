@@ -27,8 +27,12 @@ const CONTRACT: &str = "guest-sdk/wit/since_v0.1.0";
 /// under its `test-contract` feature.
 const TEST_CONTRACT: &str = "host/core/wit/test-contract";
 
-/// The build recipe itself is an input of every component.
-const RECIPE: &str = include_str!("polyglot.rs");
+/// The build recipe itself, and the authoring code it calls, are inputs of
+/// every component.
+const RECIPE: &str = concat!(
+    include_str!("polyglot.rs"),
+    include_str!("../../../host/authoring/src/lib.rs")
+);
 
 /// Builds the components; returns (constant name, component path) of each.
 pub fn build(workspace: &Path, target_dir: &Path) -> Vec<(&'static str, PathBuf)> {
@@ -315,7 +319,7 @@ fn cached(out: &Path, name: &str, inputs: &[PathBuf], build: impl FnOnce(&Path))
 /// One line per input (FNV-1a of its contents, then its path), plus the recipe.
 fn fingerprint(inputs: &[PathBuf]) -> String {
     let mut lines = format!(
-        "{:016x} tests/build/polyglot.rs\n",
+        "{:016x} tests/artifacts/build/polyglot.rs + host/authoring\n",
         fnv1a(RECIPE.as_bytes())
     );
     for input in inputs {

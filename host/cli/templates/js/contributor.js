@@ -4,7 +4,8 @@
 //
 // The contract's records arrive as objects with camelCase fields, enums as
 // their case names, tuples as arrays. Returning a list from `resolve` means
-// `ok`; throwing fails the call with the error's message.
+// `ok`; throwing a string (`throw 'why'`) fails the call with it, while
+// throwing an Error object is a trap.
 
 const KEY = '{{key}}';
 

@@ -18,6 +18,6 @@ class WitWorld(wit_world.WitWorld):
         )
 
     def resolve(self, execution: Execution) -> list[tuple[str, str]]:
-        # Raising fails the call with the error's message; a key left out is
-        # absent.
+        # A key left out is absent. `raise componentize_py_types.Err("why")`
+        # fails the call with that message; any other exception is a trap.
         return [(KEY, execution.tool)]
