@@ -2513,13 +2513,14 @@ fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
         .args(vars)
         .output()
         .unwrap();
-    assert!(
-        made.status.success(),
-        "make in a new {lang} project failed:\n{}{}",
-        stdout(&made),
-        stderr(&made)
-    );
+    succeeded(&format!("make in a new {lang} project"), &made);
     project
+}
+
+/// Asserts that `output`'s process succeeded, showing its output if not.
+fn succeeded(what: &str, output: &Output) {
+    let (out, err) = (stdout(output), stderr(output));
+    assert!(output.status.success(), "{what} failed:\n{out}{err}");
 }
 
 /// The key the template for `lang` declares (named `my-<lang>-tool`).
@@ -2532,19 +2533,9 @@ fn key_of(lang: &str) -> String {
 fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
     let home = f.home();
     let component = project.join("contributor.wasm");
-    let checked = f
-        .command(
-            &["check", component.to_str().unwrap(), "--home", &home],
-            &[],
-        )
-        .output()
-        .unwrap();
-    assert!(
-        checked.status.success(),
-        "{lang}: {}{}",
-        stdout(&checked),
-        stderr(&checked)
-    );
+    let check = ["check", component.to_str().unwrap(), "--home", &home];
+    let checked = f.command(&check, &[]).output().unwrap();
+    succeeded(&format!("check of the {lang} component"), &checked);
     assert!(
         stdout(&checked).contains(&key_of(lang)),
         "{}",
@@ -2552,24 +2543,20 @@ fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
     );
     let manifest = project.join("manifest.toml");
     let execution = f.path("execution.json");
-    let resolved = f
-        .command(
-            &[
-                "resolve",
-                "--manifest",
-                manifest.to_str().unwrap(),
-                "--home",
-                &home,
-                "--execution",
-                execution.to_str().unwrap(),
-            ],
-            &[],
-        )
-        .output()
-        .unwrap();
-    assert!(resolved.status.success(), "{lang}: {}", stderr(&resolved));
+    let resolve = [
+        "resolve",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--home",
+        &home,
+        "--execution",
+        execution.to_str().unwrap(),
+    ];
+    let resolved = f.command(&resolve, &[]).output().unwrap();
+    succeeded(&format!("resolve with the {lang} contributor"), &resolved);
+    let line = format!("{}=bash\n", key_of(lang));
     assert!(
-        stdout(&resolved).contains(&format!("{}=bash\n", key_of(lang))),
+        stdout(&resolved).contains(&line),
         "{lang}: {}",
         stdout(&resolved)
     );
