@@ -96,6 +96,9 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
     if own_group {
         command.process_group(0);
     }
+    // Caught from before the spawn: a signal that comes while the command
+    // starts is held, then passed on, instead of ending dsh-env.
+    catch_signals();
     let mut child = command.kill_on_drop(true).spawn().map_err(spawn_failure)?;
     if let Some(pid) = child.id() {
         forward_signals(pid, own_group);
@@ -130,30 +133,53 @@ static FORWARD_INTERRUPTS: AtomicBool = AtomicBool::new(false);
 /// it (and dsh-env then exits as the command did).
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
 
+/// A signal that came before the command's pid was known (0: none).
+static HELD: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn forward(signal: libc::c_int) {
-    let target = FORWARD_TO.load(Ordering::Relaxed);
+    let target = FORWARD_TO.load(Ordering::SeqCst);
+    if target == 0 {
+        HELD.store(signal, Ordering::SeqCst);
+    } else {
+        pass_on(target, signal);
+    }
+}
+
+/// Sends `signal` to `target`, unless it is an interrupt the command gets
+/// from the terminal itself.
+fn pass_on(target: i32, signal: libc::c_int) {
     let interrupt = signal == libc::SIGINT || signal == libc::SIGQUIT;
-    if target != 0 && (!interrupt || FORWARD_INTERRUPTS.load(Ordering::Relaxed)) {
+    if !interrupt || FORWARD_INTERRUPTS.load(Ordering::SeqCst) {
         // SAFETY: kill(2) is async-signal-safe and reads no memory of ours.
         unsafe { libc::kill(target, signal) };
     }
 }
 
-/// From now on, [`FORWARDED`] signals to dsh-env go to the command `pid`
-/// (to its whole group when it has its own) instead of ending dsh-env
-/// and leaving the command running.
+/// From now on, [`FORWARDED`] signals to dsh-env are caught: held until
+/// [`forward_signals`] names the command, instead of ending dsh-env.
+fn catch_signals() {
+    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for signal in FORWARDED {
+        // SAFETY: `forward` only uses atomics and calls kill(2), both
+        // async-signal-safe; a handler (unlike SIG_IGN) is not inherited
+        // across exec.
+        unsafe { libc::signal(signal, handler) };
+    }
+}
+
+/// [`FORWARDED`] signals to dsh-env go to the command `pid` (to its whole
+/// group when it has its own), a held one first, instead of ending
+/// dsh-env and leaving the command running.
 fn forward_signals(pid: u32, own_group: bool) {
     let Ok(pid) = i32::try_from(pid) else {
         return;
     };
-    FORWARD_TO.store(if own_group { -pid } else { pid }, Ordering::Relaxed);
-    FORWARD_INTERRUPTS.store(own_group, Ordering::Relaxed);
-    let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    for signal in FORWARDED {
-        // SAFETY: `forward` only loads atomics and calls kill(2), both
-        // async-signal-safe; a handler (unlike SIG_IGN) is not inherited
-        // across exec.
-        unsafe { libc::signal(signal, handler) };
+    let target = if own_group { -pid } else { pid };
+    FORWARD_INTERRUPTS.store(own_group, Ordering::SeqCst);
+    FORWARD_TO.store(target, Ordering::SeqCst);
+    let held = HELD.swap(0, Ordering::SeqCst);
+    if held != 0 {
+        pass_on(target, held);
     }
 }
 
