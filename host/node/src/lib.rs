@@ -95,6 +95,8 @@ pub struct Registry {
     /// Whether a collection had to wait: later ones then start on the
     /// runtime rather than on the caller's thread.
     waited: AtomicBool,
+    /// Whether a preparation started by a collection is still running.
+    preparing: Arc<AtomicBool>,
     /// What `exec`'s commands inherit.
     environment: EnvironmentPolicy,
 }
@@ -139,6 +141,7 @@ impl Registry {
             held: Held::default(),
             next_id: AtomicU64::new(0),
             waited: AtomicBool::new(false),
+            preparing: Arc::default(),
             environment,
         })
     }
@@ -218,11 +221,16 @@ impl Registry {
         let execution: ToolExecution = (env.from_js_value(execution))
             .map_err(|e| invalid(format!("execution: {}", e.reason)))?;
         let registry = self.inner.clone();
+        let preparing = Arc::clone(&self.preparing);
         let mut collection = Box::pin(async move {
             let collection = registry.collect_report(&execution).await;
-            // The next call's instances, made while the caller works.
-            if !registry.is_prepared() {
-                napi::bindgen_prelude::spawn(async move { registry.prepare().await });
+            // The next call's instances, made while the caller works; one
+            // preparation at a time, however many collections end at once.
+            if !registry.is_prepared() && !preparing.swap(true, Ordering::AcqRel) {
+                napi::bindgen_prelude::spawn(async move {
+                    registry.prepare().await;
+                    preparing.store(false, Ordering::Release);
+                });
             }
             let collection = collection.map_err(|e| failed(&e))?;
             let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
