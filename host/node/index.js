@@ -84,6 +84,19 @@ function snakeCase(object) {
   );
 }
 
+/** `execution` as the JSON the addon reads, or a DSH_INVALID_ARGUMENT naming why not. */
+function executionJson(execution) {
+  const refuse = (why) => new DshEnvError({ message: `execution: ${why}`, code: 'DSH_INVALID_ARGUMENT' });
+  if (typeof execution !== 'object' || execution === null || Array.isArray(execution)) {
+    throw refuse(`expected an object, got ${execution === null ? 'null' : Array.isArray(execution) ? 'an array' : typeof execution}`);
+  }
+  try {
+    return JSON.stringify(execution);
+  } catch (error) {
+    throw refuse(error.message);
+  }
+}
+
 /** A contributor registered in a Registry, until dispose(). */
 class Registration {
   #native;
@@ -138,8 +151,16 @@ class Registry {
 
   /** The overlay for one execution, and the contributors omitted from it. */
   async collect(execution) {
-    // The addon answers at once when nothing had to wait, else with a Promise.
-    return guard(() => this.#native.collect(execution));
+    // The addon answers at once when nothing had to wait, else with a
+    // Promise. After an answer at once, the next call's instances are made
+    // in the background, once the caller has gone on with its answer.
+    const json = executionJson(execution);
+    const result = guard(() => this.#native.collect(json));
+    if (typeof result === 'string') {
+      setImmediate(() => this.#native.prepareInBackground());
+      return JSON.parse(result);
+    }
+    return JSON.parse(await result);
   }
 
   /** The overlay with each key's owner and description, and the omissions. */

@@ -199,7 +199,10 @@ impl Registry {
     }
 
     /// The overlay for one execution, `{KEY: value}` sorted by key, and the
-    /// contributors omitted under `on_error = "omit"`.
+    /// contributors omitted under `on_error = "omit"`, as JSON; the
+    /// execution comes as JSON too. (Both cross as one string each:
+    /// converting objects property by property through N-API cost more than
+    /// the collection itself, about 20 µs for an execution.)
     ///
     /// It runs on the calling thread for as long as nothing has to wait: a
     /// Rust contributor with an instance made ahead answers in microseconds,
@@ -207,37 +210,24 @@ impl Registry {
     /// At its first wait (a guest yields at every epoch tick, so within 5 ms;
     /// a file opened for a grant; an instance being made) it moves to the
     /// runtime and the result is a Promise; and from then on this registry's
-    /// collections start there. Afterwards, instances for the next call are
-    /// made on the runtime, off the caller's path.
-    #[napi(
-        ts_args_type = "execution: object",
-        ts_return_type = "{ overlay: Record<string, string>; omitted: string[] } | Promise<{ overlay: Record<string, string>; omitted: string[] }>"
-    )]
+    /// collections start there, and each one starts the next call's
+    /// preparation when it ends. A collection that answered at once leaves
+    /// that to [`Registry::prepare_in_background`], which `index.js` calls
+    /// once the caller has had its answer: waking a runtime thread costs the
+    /// caller's thread microseconds that belong to the command it is about
+    /// to start.
+    #[napi(ts_return_type = "string | Promise<string>")]
     pub fn collect<'env>(
         &self,
         env: &'env Env,
-        execution: Unknown<'env>,
-    ) -> Result<Either<Value, PromiseRaw<'env, Value>>> {
-        let execution: ToolExecution = (env.from_js_value(execution))
-            .map_err(|e| invalid(format!("execution: {}", e.reason)))?;
+        execution: String,
+    ) -> Result<Either<String, PromiseRaw<'env, String>>> {
+        let execution =
+            ToolExecution::from_json(&execution).map_err(|e| invalid(format!("execution: {e}")))?;
         let registry = self.inner.clone();
-        let preparing = Arc::clone(&self.preparing);
         let mut collection = Box::pin(async move {
             let collection = registry.collect_report(&execution).await;
-            // The next call's instances, made while the caller works; one
-            // preparation at a time, however many collections end at once.
-            if !registry.is_prepared() && !preparing.swap(true, Ordering::AcqRel) {
-                napi::bindgen_prelude::spawn(async move {
-                    registry.prepare().await;
-                    preparing.store(false, Ordering::Release);
-                });
-            }
-            let collection = collection.map_err(|e| failed(&e))?;
-            let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
-                .map(|(key, value)| (key.to_string(), Value::String(value.to_string())))
-                .collect();
-            let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
-            Ok(json!({ "overlay": overlay, "omitted": omitted }))
+            Ok(collection_json(collection.map_err(|e| failed(&e))?))
         });
         if !self.waited.load(Ordering::Relaxed) {
             let mut context = Context::from_waker(Waker::noop());
@@ -247,7 +237,20 @@ impl Registry {
             }
             self.waited.store(true, Ordering::Relaxed);
         }
-        env.spawn_future(collection).map(Either::B)
+        let (registry, preparing) = (self.inner.clone(), Arc::clone(&self.preparing));
+        env.spawn_future(async move {
+            let result = collection.await;
+            prepare_in_background(registry, preparing);
+            result
+        })
+        .map(Either::B)
+    }
+
+    /// Starts making the next call's instances on the runtime, unless every
+    /// contributor has one or a preparation is already running.
+    #[napi]
+    pub fn prepare_in_background(&self) {
+        prepare_in_background(self.inner.clone(), Arc::clone(&self.preparing));
     }
 
     /// Collects for `execution`, then runs `command` with `bash -c` in the
@@ -304,4 +307,28 @@ impl Registration {
         // Unregistered here, outside the lock.
         drop(taken);
     }
+}
+
+/// Makes the next call's instances on the runtime, one preparation at a time
+/// however many collections end at once, and only when one is missing.
+fn prepare_in_background(registry: dsh_env::Registry, preparing: Arc<AtomicBool>) {
+    if registry.is_prepared() || preparing.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // On a runtime thread rather than the caller's, even when it would not
+    // wait: tried, that cost the next call about 5 µs at p50 (BENCHMARKS.md).
+    napi::bindgen_prelude::spawn(async move {
+        registry.prepare().await;
+        preparing.store(false, Ordering::Release);
+    });
+}
+
+/// A collection as `collect` returns it: `{"overlay": {KEY: value},
+/// "omitted": [message]}`.
+fn collection_json(collection: dsh_env::Collection) -> String {
+    let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
+        .map(|(key, value)| (key.to_string(), Value::String(value.to_string())))
+        .collect();
+    let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
+    json!({ "overlay": overlay, "omitted": omitted }).to_string()
 }

@@ -47,6 +47,40 @@ test('declarations are checked, naming contributor and key', async () => {
   });
 });
 
+test('a bad execution is refused, naming what is wrong', async () => {
+  const registry = openRegistry();
+  const call = execution('c1', 'child-1', 'parent-1');
+  call.agent.session.header.cwd = 'relative/dir';
+  const circular = execution('c2', 'child-1');
+  circular.self = circular;
+  for (const [bad, why] of [
+    [call, /cwd.*absolute|absolute.*cwd/],
+    [circular, /circular/],
+    [undefined, /expected an object, got undefined/],
+    [{ callId: 'c3' }, /rootCallId|missing field/],
+  ]) {
+    await assert.rejects(registry.collect(bad), (error) => {
+      assert.ok(error instanceof dshEnv.DshEnvError, String(error));
+      assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+      assert.match(error.message, why);
+      return true;
+    });
+  }
+});
+
+test('after a collection, the next call\'s instance is made in the background', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  for (let call = 0; call < 3; call++) {
+    const { overlay } = await registry.collect(execution(`c${call}`, 'child-1', 'parent-1'));
+    assert.equal(overlay.DSH_PARENT_SESSION_ID, 'parent-1');
+    for (let turn = 0; registry.prepared() < 1; turn++) {
+      assert.ok(turn < 3000, 'no instance was made ahead of the next call');
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+  }
+});
+
 test('undeclared output fails the execution, naming contributor and key', async () => {
   const registry = openRegistry();
   await puppet(registry, { name: 'liar', keys: 'DSH_SAID=what it says', pairs: 'DSH_OTHER=x' });

@@ -42,6 +42,7 @@ use failure::classify;
 use files::{DescriptorLedger, OpenFiles};
 use guest::{
     GuestLimiter, GuestState, MemoryBudget, arm, arm_deadline, host_deadline, wasi_context,
+    within_host_deadline,
 };
 
 /// One execution, and its WIT form, converted once for every contributor
@@ -326,7 +327,7 @@ impl Sandbox {
         let limits = &component.limits;
         arm(&mut fresh.store, limits);
         let instantiate = component.pre.instantiate_async(&mut fresh.store);
-        match tokio::time::timeout(host_deadline(limits), instantiate).await {
+        match within_host_deadline(limits, instantiate).await {
             Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
             // The call will instantiate it again and name the failure.
             _ => {
@@ -444,7 +445,7 @@ impl Sandbox {
                 (component.pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
             f(&guest, store).await.map_err(|e| (e, false))
         };
-        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
+        let outcome = within_host_deadline(limits, run).await;
         self.finish(component, name, fresh, slot, outcome)
     }
 
@@ -465,7 +466,7 @@ impl Sandbox {
         // Fuel carries over from instantiation, as in `call`; time starts now.
         arm_deadline(&mut fresh.store, limits);
         let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
-        let outcome = tokio::time::timeout(host_deadline(limits), run).await;
+        let outcome = within_host_deadline(limits, run).await;
         self.finish(component, name, fresh, slot, outcome)
     }
 
