@@ -141,12 +141,13 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
             }),
         );
     }
-    let ratios = targets::ratios(&rows);
+    let mut ratios = targets::ratios(&rows);
     let throughput = throughput::table(&setups).await;
 
     // Start-up last: the children compete with nothing of ours.
     drop(rows);
     let startup = tokio::task::spawn_blocking(startup).await.unwrap();
+    ratios.extend(targets::startup(&startup));
 
     json!({
         "machine": machine(),
