@@ -116,6 +116,8 @@ class Registration {
 /** Contributors, and the DSH_* overlay they build for each execution. */
 class Registry {
   #native;
+  /** Whether a preparation is scheduled for after the current answers. */
+  #preparing = false;
   constructor(native) {
     this.#native = native;
   }
@@ -157,7 +159,13 @@ class Registry {
     const json = executionJson(execution);
     const result = guard(() => this.#native.collect(json));
     if (typeof result === 'string') {
-      setImmediate(() => this.#native.prepareInBackground());
+      if (!this.#preparing) {
+        this.#preparing = true;
+        setImmediate(() => {
+          this.#preparing = false;
+          this.#native.prepareInBackground();
+        });
+      }
       return JSON.parse(result);
     }
     return JSON.parse(await result);
