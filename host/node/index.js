@@ -186,8 +186,9 @@ class Registry {
 
   /** Collects, then runs `command` with bash in the agent's cwd with the overlay. */
   async exec(execution, command, options = {}) {
+    const json = executionJson(execution);
     const report = await guard(() =>
-      this.#native.exec(execution, command, options.env, options.stdin, options.timeoutMs),
+      this.#native.exec(json, command, options.env, options.stdin, options.timeoutMs),
     );
     return {
       exitCode: report.exit_code,

@@ -77,9 +77,10 @@ fn exec_failed(err: &ExecError) -> Error {
     failure(err, "DSH_EXEC", culprit)
 }
 
-/// The execution object, checked as the CLI checks `--execution`.
-fn execution(value: Value) -> Result<ToolExecution> {
-    serde_json::from_value(value).map_err(|e| invalid(format!("execution: {e}")))
+/// The execution, as JSON (see `collect`), checked as the CLI checks
+/// `--execution`.
+fn execution(json: &str) -> Result<ToolExecution> {
+    ToolExecution::from_json(json).map_err(|e| invalid(format!("execution: {e}")))
 }
 
 /// A registry: contributors registered by path, and the overlay they build
@@ -222,8 +223,7 @@ impl Registry {
         env: &'env Env,
         execution: String,
     ) -> Result<Either<String, PromiseRaw<'env, String>>> {
-        let execution =
-            ToolExecution::from_json(&execution).map_err(|e| invalid(format!("execution: {e}")))?;
+        let execution = self::execution(&execution)?;
         let registry = self.inner.clone();
         let mut collection = Box::pin(async move {
             let collection = registry.collect_report(&execution).await;
@@ -261,23 +261,25 @@ impl Registry {
         prepare_in_background(self.inner.clone(), Arc::clone(&self.preparing));
     }
 
-    /// Collects for `execution`, then runs `command` with `bash -c` in the
-    /// agent's cwd through the local executor: the scrubbed inherited
-    /// environment, then `env`, then the overlay.
+    /// Collects for `execution` (JSON, as for `collect`), then runs
+    /// `command` with `bash -c` in the agent's cwd through the local
+    /// executor: the scrubbed inherited environment, then `env`, then the
+    /// overlay. The next call's instances are made while it runs.
     #[napi(
-        ts_args_type = "execution: object, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number",
+        ts_args_type = "execution: string, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number",
         ts_return_type = "Promise<{ exit_code: number | null; stdout: string; stderr: string; timed_out: boolean; truncated: boolean }>"
     )]
     pub async fn exec(
         &self,
-        execution: Value,
+        execution: String,
         command: String,
         env: Option<HashMap<String, String>>,
         stdin: Option<String>,
         timeout_ms: Option<u32>,
     ) -> Result<Value> {
-        let execution = self::execution(execution)?;
+        let execution = self::execution(&execution)?;
         let overlay = (self.inner.collect(&execution).await).map_err(|e| failed(&e))?;
+        self.prepare_in_background();
         let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
             .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
         request.env = env.unwrap_or_default().into_iter().collect();

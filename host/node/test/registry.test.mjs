@@ -59,21 +59,29 @@ test('a bad execution is refused, naming what is wrong', async () => {
     [undefined, /expected an object, got undefined/],
     [{ callId: 'c3' }, /rootCallId|missing field/],
   ]) {
-    await assert.rejects(registry.collect(bad), (error) => {
-      assert.ok(error instanceof dshEnv.DshEnvError, String(error));
-      assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
-      assert.match(error.message, why);
-      return true;
-    });
+    for (const call of [() => registry.collect(bad), () => registry.exec(bad, 'true')]) {
+      await assert.rejects(call(), (error) => {
+        assert.ok(error instanceof dshEnv.DshEnvError, String(error));
+        assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+        assert.match(error.message, why);
+        return true;
+      });
+    }
   }
 });
 
-test('after a collection, the next call\'s instance is made in the background', async () => {
+test('after a collection or an exec, the next call\'s instance is made in the background', async () => {
   const registry = openRegistry();
   await registry.register(guest('agent_lineage'));
-  for (let call = 0; call < 3; call++) {
-    const { overlay } = await registry.collect(execution(`c${call}`, 'child-1', 'parent-1'));
-    assert.equal(overlay.DSH_PARENT_SESSION_ID, 'parent-1');
+  for (let call = 0; call < 4; call++) {
+    const made = execution(`c${call}`, 'child-1', 'parent-1');
+    if (call % 2 === 0) {
+      const { overlay } = await registry.collect(made);
+      assert.equal(overlay.DSH_PARENT_SESSION_ID, 'parent-1');
+    } else {
+      const { stdout } = await registry.exec(made, 'printf %s "$DSH_PARENT_SESSION_ID"');
+      assert.equal(stdout, 'parent-1');
+    }
     for (let turn = 0; registry.prepared() < 1; turn++) {
       assert.ok(turn < 3000, 'no instance was made ahead of the next call');
       await new Promise((resolve) => setTimeout(resolve, 1));

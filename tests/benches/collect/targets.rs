@@ -133,7 +133,8 @@ const LATENCIES: [(&str, &str, Stat, Target); 5] = [
 ];
 
 /// Bounds on the start-up child's figures (issue 16): a label, its key in
-/// the start-up report, the bound, and the unit it is printed in.
+/// the start-up report, the bound, and what the figure is divided by to be
+/// in the label's unit.
 const STARTUP: [(&str, &str, Target, f64); 2] = [
     (
         "start-up with the examples, warm cache (ms)",
