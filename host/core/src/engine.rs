@@ -62,7 +62,7 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
         .total_stacks(MAX_LIVE_INSTANCES)
         .max_memory_size(MAX_MEMORY_BYTES)
         .table_elements(MAX_TABLE_ELEMENTS);
-    if PoolingAllocationConfig::is_pagemap_scan_available() {
+    if resets_in_place() {
         // Reset a freed slot by copying back only the pages the guest wrote
         // (found with the PAGEMAP_SCAN ioctl, Linux 6.7+) instead of
         // madvise(DONTNEED) over it all: no syscall and no cross-CPU TLB
@@ -102,6 +102,13 @@ pub(crate) fn base_config() -> Config {
     config.consume_fuel(true);
     config.max_wasm_stack(MAX_WASM_STACK);
     config
+}
+
+/// Whether a freed instance's memories and tables are reset in place, by
+/// finding the pages it wrote (the `PAGEMAP_SCAN` ioctl, Linux 6.7+): the
+/// next instance in its pool slot then takes no page faults for them.
+pub fn resets_in_place() -> bool {
+    PoolingAllocationConfig::is_pagemap_scan_available()
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.

@@ -22,7 +22,8 @@
 //! Run: `cargo bench -p dsh-env-tests --profile dev --bench collect`
 //! (`-- --json` prints one JSON object instead of the tables; `-- --quick`
 //! samples for a tenth of the time, `-- --seconds <n>` for n seconds per row;
-//! `-- --only <row key>` samples one row and nothing else, for a profiler).
+//! `-- --only <row key>[,<row key>…]` samples those rows, interleaved, and
+//! nothing else: for a profiler, or an A/B ratio of two rows).
 
 mod baselines;
 mod latency;
@@ -63,7 +64,7 @@ fn main() {
         .and_then(|i| args.get(i + 1)?.parse().ok())
         .map_or(budget, Duration::from_secs_f64);
     let runtime = cli_runtime();
-    // `--only <row key>`: sample that one row and nothing else (for a profiler).
+    // `--only <row key>[,…]`: sample those rows and nothing else.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -107,12 +108,15 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
     eprintln!("setting up (the first run compiles the polyglot examples into the cache)");
     let setups = Setups::new(compiled).await;
     setups.check_agreement(&execution).await;
-    let wanted = |key: &str| only.as_deref().is_none_or(|only| only == key);
+    let wanted = |key: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|one| one == key))
+    };
     let examples = ExampleSetups::new(&execution, wanted).await;
 
     let mut rows = rows(&setups, &examples, &execution);
     if let Some(only) = &only {
-        rows.retain(|row| &row.key == only);
+        rows.retain(|row| only.split(',').any(|one| one == row.key));
         assert!(!rows.is_empty(), "no row {only}");
     }
     measure(&mut rows, budget).await;
