@@ -61,7 +61,13 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
         .total_tables(MAX_LIVE_INSTANCES * MAX_TABLES as u32)
         .total_stacks(MAX_LIVE_INSTANCES)
         .max_memory_size(MAX_MEMORY_BYTES)
-        .table_elements(MAX_TABLE_ELEMENTS);
+        .table_elements(MAX_TABLE_ELEMENTS)
+        // A freed slot is reused, least recently used first, before a slot
+        // never used is touched: the slots that ever hold resident pages are
+        // as many as the instances alive at once, not the whole pool. After a
+        // burst of 64 callers this kept 72-78 MiB of RSS instead of 78-82,
+        // at the same latency (BENCHMARKS.md).
+        .max_unused_warm_slots(0);
     if resets_in_place() {
         // Reset a freed slot by copying back only the pages the guest wrote
         // (found with the PAGEMAP_SCAN ioctl, Linux 6.7+) instead of
