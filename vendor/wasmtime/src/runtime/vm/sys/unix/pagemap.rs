@@ -362,7 +362,7 @@ pub unsafe fn reset_with_pagemap(
             || pages_left == 0
             || result.regions().len() < MAX_REGIONS
         {
-            decommit(walk_end.cast_mut(), end.addr() - walk_end.addr());
+            decommit(walk_end.cast_mut(), end.addr().saturating_sub(walk_end.addr()));
             break;
         }
         start = walk_end.cast_mut();
