@@ -38,8 +38,9 @@ pub const MAX_WASM_STACK: usize = 512 << 10;
 
 /// Bytes of each freed linear memory and table kept resident and reset in
 /// place, when the kernel can tell which pages were written: at most this much
-/// RSS per pool slot that has been used (a Rust guest writes a few hundred KiB;
-/// JS and Python guests gained nothing from more).
+/// RSS per pool slot that has been used. A Rust guest writes a few hundred
+/// KiB; at this bound the Python and JS examples' calls take no page faults,
+/// and at 256 KiB they take tens again (BENCHMARKS.md).
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// Builds the engine: Cranelift, component model, epoch interruption, and the
