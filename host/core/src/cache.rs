@@ -10,6 +10,9 @@
 //!   (device, inode, size, mtime, ctime) it was verified at, and the entry
 //!   (`<content>-<engine>`) it was filed under, so an artifact copied over
 //!   another component's entry, seal and all, is recompiled, never run for it;
+//! - `<content>-<engine>.linked`: empty; this host has linked the artifact
+//!   against its WASI and contract bindings, so a later load may leave
+//!   deserializing it to the first use (see `Opening`);
 //! - `<content>-<engine>.failed`: why compiling those bytes ran out of the
 //!   compile CPU or memory limit, and the limits, so a later load under the
 //!   same (or lower) limits fails at once instead of compiling again;
@@ -90,9 +93,20 @@ pub(crate) struct Held {
 
 /// A loaded component, the SHA-256 of its bytes, and its hold on its entry.
 pub(crate) struct Loaded {
-    pub(crate) component: Component,
+    pub(crate) component: Opened,
     pub(crate) content: String,
     pub(crate) held: Held,
+    /// Its entry's `.linked` mark, for [`ArtifactCache::mark_linked`] (none
+    /// when the cache is not used).
+    pub(crate) linked: Option<PathBuf>,
+}
+
+/// A component as the cache hands it over.
+pub(crate) enum Opened {
+    /// Deserialized.
+    Now(Component),
+    /// The sealed artifact at this path, not deserialized yet (see [`deserialize`]).
+    Later(PathBuf),
 }
 
 /// One artifact, its seal and its failure record.
@@ -102,6 +116,7 @@ struct Entry {
     artifact: PathBuf,
     seal: PathBuf,
     failed: PathBuf,
+    linked: PathBuf,
 }
 
 /// What `<content>-<engine>.failed` holds.
@@ -162,14 +177,16 @@ impl ArtifactCache {
     }
 
     /// The component in the file at `path`: mapped from a sealed entry when
-    /// the file is unchanged since it was aliased, else as [`Self::load_bytes`]
-    /// loads its bytes. Cache trouble only costs a read or a recompile.
+    /// the file is unchanged since it was aliased (left to the caller to
+    /// deserialize if `defer`), else as [`Self::load_bytes`] loads its bytes.
+    /// Cache trouble only costs a read or a recompile.
     pub(crate) fn load_file(
         &self,
         engine: &Engine,
         path: &Path,
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
+        defer: bool,
     ) -> Result<Loaded, String> {
         let tag = engine_tag(engine);
         let before = Identity::of(path).filter(|_| self.usable());
@@ -184,11 +201,12 @@ impl ArtifactCache {
         {
             let entry = self.entry(&content, &tag);
             let held = self.hold(&entry);
-            if let Some(component) = self.open(engine, &entry) {
+            if let Some(component) = self.open(engine, &entry, defer) {
                 return Ok(Loaded {
                     component,
                     content,
                     held,
+                    linked: Some(entry.linked),
                 });
             }
         }
@@ -274,16 +292,18 @@ impl ArtifactCache {
         let content = sha256_hex(bytes);
         let entry = self.entry(&content, tag);
         let held = self.hold(&entry);
+        let usable = self.usable();
         let loaded = |component| Loaded {
             component,
             content,
             held,
+            linked: usable.then_some(entry.linked.clone()),
         };
-        if !self.usable() {
+        if !usable {
             let artifact = compile(bytes).map_err(reason)?;
-            return in_memory(engine, &artifact).map(loaded);
+            return in_memory(engine, &artifact).map(Opened::Now).map(loaded);
         }
-        if let Some(component) = self.open(engine, &entry) {
+        if let Some(component) = self.open(engine, &entry, false) {
             return Ok(loaded(component));
         }
         if let Some(reason) = self.failure(&entry, bounds) {
@@ -309,7 +329,7 @@ impl ArtifactCache {
         }
         // This process keeps the copy in memory, as when it compiled in
         // process; later ones map the stored file.
-        in_memory(engine, &artifact).map(loaded)
+        in_memory(engine, &artifact).map(Opened::Now).map(loaded)
     }
 
     /// A hold on `entry` for the component about to be loaded from it.
@@ -338,6 +358,7 @@ impl ArtifactCache {
             artifact: self.dir.join(format!("{stem}.cwasm")),
             seal: self.dir.join(format!("{stem}.seal")),
             failed: self.dir.join(format!("{stem}.failed")),
+            linked: self.dir.join(format!("{stem}.linked")),
             stem,
         }
     }
@@ -362,10 +383,22 @@ impl ArtifactCache {
         }
     }
 
+    /// Records that the artifact of `loaded` links on this host (see
+    /// [`Loaded::linked`]), unless that is recorded already.
+    pub(crate) fn mark_linked(&self, loaded: Option<&Path>) {
+        let Some(mark) = loaded.filter(|mark| !mark.exists()) else {
+            return;
+        };
+        if let Err(err) = self.write(mark, "") {
+            tracing::warn!("cannot store {}: {err}", mark.display());
+        }
+    }
+
     /// The entry's component, if it is sealed as it is now (or its bytes
-    /// still match the seal's digest) and this engine accepts it. Records
-    /// the use on the seal (see [`evict`]).
-    fn open(&self, engine: &Engine, entry: &Entry) -> Option<Component> {
+    /// still match the seal's digest) and this engine accepts it (checked
+    /// by the caller later if `defer` and the entry is marked linked). Records the use on the seal (see
+    /// [`evict`]).
+    fn open(&self, engine: &Engine, entry: &Entry, defer: bool) -> Option<Opened> {
         let seal = read_and_mark_used(&entry.seal)?;
         let mut fields = seal.splitn(3, ' ');
         let (digest, sealed, filed) = (fields.next()?, fields.next()?, fields.next()?);
@@ -394,12 +427,11 @@ impl ArtifactCache {
                 tracing::warn!("cannot reseal {}: {err}", entry.artifact.display());
             }
         }
-        // SAFETY: the artifact is one `Component::serialize` wrote (its digest
-        // or its sealed identity says so), it is replaced only by rename, and
-        // wasmtime itself refuses artifacts from another version or engine
-        // configuration.
-        match unsafe { Component::deserialize_file(engine, &entry.artifact) } {
-            Ok(component) => Some(component),
+        if defer && entry.linked.exists() {
+            return Some(Opened::Later(entry.artifact.clone()));
+        }
+        match deserialize(engine, &entry.artifact) {
+            Ok(component) => Some(Opened::Now(component)),
             Err(err) => {
                 tracing::warn!(
                     "unusable precompiled artifact {}: {err}; recompiling",
@@ -450,6 +482,16 @@ fn read_and_mark_used(path: &Path) -> Option<String> {
         tracing::debug!("cannot mark {} used: {err}", path.display());
     }
     Some(text)
+}
+
+/// The component in `artifact`, an entry [`ArtifactCache`] sealed: mapped,
+/// and its metadata deserialized.
+pub(crate) fn deserialize(engine: &Engine, artifact: &Path) -> Result<Component, String> {
+    // SAFETY: the artifact is one `Component::serialize` wrote (its digest
+    // or its sealed identity says so), it is replaced only by rename, and
+    // wasmtime itself refuses artifacts from another version or engine
+    // configuration.
+    unsafe { Component::deserialize_file(engine, artifact) }.map_err(|e| format!("{e:#}"))
 }
 
 /// The message of a compile failure.

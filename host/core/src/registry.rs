@@ -21,7 +21,8 @@ use crate::manifest::{Manifest, ManifestError};
 use crate::overlay::Overlay;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::sandbox::{
-    Call, ContributorComponent, GuestFailure, LoadError, Phase, Preparation, Prepared, Source,
+    Call, ContributorComponent, GuestFailure, LoadError, Opening, Phase, Preparation, Prepared,
+    Source,
 };
 use crate::signature::{SignatureError, Signer, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
@@ -221,7 +222,7 @@ struct Inner {
     runtime: Runtime,
     home: DshHome,
     cache: ArtifactCache,
-    compiler: Compiler,
+    compiler: Arc<Compiler>,
     /// Replaced whole on every change, so `collect` works on a stable snapshot.
     contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
     next_id: AtomicU64,
@@ -309,7 +310,7 @@ impl Registry {
             inner: Arc::new(Inner {
                 runtime: runtime.clone(),
                 cache,
-                compiler: Compiler::default(),
+                compiler: Arc::default(),
                 home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -406,9 +407,13 @@ impl Registry {
         let specs = (manifest.specs(host_env)).map_err(|e| RegistryError::Manifest(Arc::new(e)))?;
         let loaded = parallel_map(&specs, |spec| self.load_spec(spec));
         let mut registrations = Vec::with_capacity(loaded.len());
+        let mut openings = Vec::with_capacity(loaded.len());
         for component in loaded {
-            registrations.push(self.register(component?).await?);
+            let component = component?;
+            openings.push(component.opening());
+            registrations.push(self.register_only(component).await?);
         }
+        Opening::in_background(openings);
         Ok(registrations)
     }
 
@@ -503,7 +508,22 @@ impl Registry {
     /// Calls `declare` once, in a sandbox (or takes what the same component
     /// with the same config, grants and limits declared before, from the
     /// cache), checks the declaration, and registers the component.
+    ///
+    /// A component whose artifact the cache vouched for is opened (its
+    /// artifact deserialized) on a thread of its own afterwards, or by the
+    /// first call that needs it, whichever comes first.
     pub async fn register(
+        &self,
+        component: ContributorComponent,
+    ) -> Result<Registration, RegistryError> {
+        let opening = component.opening();
+        let registration = self.register_only(component).await?;
+        Opening::in_background(vec![opening]);
+        Ok(registration)
+    }
+
+    /// [`Registry::register`], leaving the component unopened if it can be.
+    async fn register_only(
         &self,
         component: ContributorComponent,
     ) -> Result<Registration, RegistryError> {
@@ -540,12 +560,15 @@ impl Registry {
     async fn remembered_declaration(
         &self,
         component: &ContributorComponent,
-    ) -> Result<RawDeclaration, ContributorError> {
+    ) -> Result<RawDeclaration, RegistryError> {
         let (cache, engine) = (&self.inner.cache, self.inner.runtime.sandbox.engine());
         let (content, key) = (component.sha256(), component.declaration_key());
         if let Some(raw) = cache.declaration(engine, content, &key) {
+            // It was linked and declared before, by this host version.
             return Ok(raw);
         }
+        // Opened here, so a component that does not link fails as at load.
+        component.open()?;
         let raw = self.declare(component).await?;
         cache.store_declaration(engine, content, &key, &raw);
         Ok(raw)

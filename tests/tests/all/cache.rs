@@ -521,3 +521,59 @@ async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss(
         Vec::<String>::new()
     );
 }
+
+/// Registers the agent-lineage component at `path` as a later process does
+/// from a warm cache (its artifact is left unopened), after `between` ran
+/// on the loaded component's entry; returns the first collect's
+/// `DSH_AGENT_DEPTH`, or its error.
+async fn depth_after_warm_load(
+    home: &std::path::Path,
+    path: &std::path::Path,
+    between: impl FnOnce(&std::path::Path),
+) -> Result<Option<String>, String> {
+    let registry = dsh_env_tests::registry_at(home);
+    let component = registry.load_file(path).unwrap();
+    between(&entries(&registry)[0]);
+    let _registration = registry.register(component).await.unwrap();
+    let overlay = registry.collect(&agent_call("c", "s")).await;
+    overlay
+        .map(|o| o.get("DSH_AGENT_DEPTH").map(str::to_string))
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn an_artifact_lost_after_a_warm_load_is_compiled_again_at_first_use() {
+    let (home, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let path = dir.path().join("contributor.wasm");
+    std::fs::copy(artifacts::AGENT_LINEAGE, &path).unwrap();
+    let path_str = path.to_str().unwrap();
+    let warm = dsh_env_tests::registry_at(home.path());
+    assert_eq!(depth_of(&warm, path_str).await.as_deref(), Some("0"));
+    let artifact = std::fs::read(&entries(&warm)[0]).unwrap();
+
+    // Registering from a warm cache takes the remembered declaration and
+    // leaves the artifact to be opened later: an artifact removed (another
+    // process's eviction) or damaged in between is compiled again from the
+    // component's file, and nothing of the call is lost.
+    let removed = depth_after_warm_load(home.path(), &path, |entry| {
+        std::fs::remove_file(entry).unwrap()
+    });
+    assert_eq!(removed.await, Ok(Some("0".into())));
+    assert_eq!(entries(&warm).len(), 1, "compiled and stored again");
+    assert_eq!(std::fs::read(&entries(&warm)[0]).unwrap(), artifact);
+
+    let damaged = depth_after_warm_load(home.path(), &path, |entry| {
+        std::fs::write(entry, b"not an artifact").unwrap()
+    });
+    assert_eq!(damaged.await, Ok(Some("0".into())));
+    assert_eq!(std::fs::read(&entries(&warm)[0]).unwrap(), artifact);
+
+    // A component file changed in between is not compiled for the
+    // registration of the old bytes: the call names the change.
+    let changed = depth_after_warm_load(home.path(), &path, |entry| {
+        std::fs::remove_file(entry).unwrap();
+        std::fs::copy(artifacts::CALL_TRACE, &path).unwrap();
+    });
+    let error = changed.await.unwrap_err();
+    assert!(error.contains("changed since it was loaded"), "{error}");
+}

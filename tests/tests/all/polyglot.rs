@@ -294,7 +294,9 @@ async fn an_interpreter_guests_pages_stay_resident_from_call_to_call() {
         ),
         (artifacts::CALL_CONTEXT, &[][..]),
     ] {
-        let registry = registry();
+        // A runtime of its own: in the shared one, other tests' instances
+        // take the slot between calls and leave their own pages in it.
+        let registry = dsh_env_tests::registry_with(dsh_env::HostLimits::default());
         let component = load(&registry, path).with_config(config(settings));
         let _registration = registry.register(component).await.unwrap();
         // The first calls give the slot this module's image and pages.

@@ -318,7 +318,9 @@ fn owner(name: &str, path: &Path) -> (String, Option<String>, Option<String>) {
     let (stem, extension) = name.rsplit_once('.').unwrap_or((name, ""));
     let parts: Vec<&str> = stem.split('-').collect();
     match (extension, parts.as_slice()) {
-        ("cwasm" | "seal" | "failed", [content, tag]) if is_digest(content) && is_tag(tag) => {
+        ("cwasm" | "seal" | "failed" | "linked", [content, tag])
+            if is_digest(content) && is_tag(tag) =>
+        {
             component(content, tag)
         }
         ("declaration", [content, key, tag])

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -17,12 +17,11 @@ pub struct ContributorComponent {
     pub(super) origin: String,
     /// SHA-256 of the component's bytes.
     pub(super) content: Arc<str>,
-    /// Instantiates it through the bindings of the contract version it targets.
-    pub(super) pre: Pre,
+    /// Its imports and pre-instance, made at load or on first use.
+    pub(super) linked: Arc<Opening>,
     pub(super) config: Arc<BTreeMap<String, String>>,
     pub(super) limits: Limits,
     pub(super) on_error: OnError,
-    pub(super) imports: Arc<[String]>,
     pub(super) grants: Grants,
     pub(super) signer: Signer,
     /// Keeps its cache entry from this process's evictions while it lives.
@@ -46,9 +45,27 @@ impl ContributorComponent {
         &self.origin
     }
 
-    /// The names of the interfaces the component imports.
+    /// The names of the interfaces the component imports (none if its
+    /// compiled artifact cannot be opened; a call then names why).
     pub fn imports(&self) -> &[String] {
-        &self.imports
+        self.linked.get().map_or(&[], |linked| &linked.imports)
+    }
+
+    /// Its compiled artifact opened, or why it cannot be: at once when it
+    /// was compiled or read at load, else now (see [`Opening`]).
+    pub(crate) fn open(&self) -> Result<(), LoadError> {
+        match self.linked.get() {
+            Ok(_) => Ok(()),
+            Err(reason) => Err(LoadError {
+                origin: self.origin.clone(),
+                reason: reason.to_string(),
+            }),
+        }
+    }
+
+    /// The handle a background thread opens it through.
+    pub(crate) fn opening(&self) -> Arc<Opening> {
+        Arc::clone(&self.linked)
     }
 
     /// Who signed it, as checked when it was loaded from a spec.
@@ -121,7 +138,88 @@ impl ContributorComponent {
     }
 }
 
+/// What a call needs from a compiled component.
+pub(super) struct Linked {
+    /// Instantiates it through the bindings of the contract version it targets.
+    pub(super) pre: Pre,
+    /// The names of the interfaces it imports.
+    pub(super) imports: Arc<[String]>,
+}
+
+/// Makes a component's [`Linked`] parts.
+pub(super) type Open = Box<dyn FnOnce() -> Result<Linked, String> + Send>;
+
+/// A component's [`Linked`] parts: made at load, or, for an artifact the
+/// cache vouched for by its seal, by the first caller that needs them or by
+/// the thread [`Opening::in_background`] starts after registration.
+/// Deserializing the artifacts was most of a warm start-up (BENCHMARKS.md),
+/// and a harness has seconds before its first call.
+pub(crate) struct Opening {
+    linked: OnceLock<Result<Linked, String>>,
+    open: Mutex<Option<Open>>,
+}
+
+impl Opening {
+    /// Parts made already.
+    pub(super) fn ready(linked: Linked) -> Self {
+        Opening {
+            linked: OnceLock::from(Ok(linked)),
+            open: Mutex::new(None),
+        }
+    }
+
+    /// Parts `open` makes when first needed.
+    pub(super) fn deferred(open: Open) -> Self {
+        Opening {
+            linked: OnceLock::new(),
+            open: Mutex::new(Some(open)),
+        }
+    }
+
+    /// The parts, or why they cannot be made. A caller that arrives while
+    /// another thread makes them waits for that thread (a few milliseconds
+    /// for the largest examples).
+    pub(super) fn get(&self) -> Result<&Linked, &str> {
+        self.linked
+            .get_or_init(|| {
+                let open = self.open.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match open {
+                    Some(open) => open(),
+                    None => Err("opening its artifact failed before".into()),
+                }
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Whether the parts are made (or known not to be makeable).
+    fn is_settled(&self) -> bool {
+        self.linked.get().is_some()
+    }
+
+    /// Opens every one of `openings` not opened yet on one thread of its
+    /// own, so the first call finds them ready.
+    pub(crate) fn in_background(openings: Vec<Arc<Opening>>) {
+        let pending: Vec<_> = openings.into_iter().filter(|o| !o.is_settled()).collect();
+        if pending.is_empty() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("dsh-env-open".into())
+            .spawn(move || {
+                for opening in pending {
+                    let _ = opening.get();
+                }
+            });
+        if let Err(err) = spawned {
+            // The first call that needs each one opens it instead.
+            tracing::warn!("cannot start a thread to open artifacts: {err}");
+        }
+    }
+}
+
 /// Where a component's bytes come from.
+#[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
     /// A file, which the cache may map without reading.
     File(&'a std::path::Path),

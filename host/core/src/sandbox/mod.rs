@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Runtime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::{ArtifactCache, engine_tag};
+use crate::cache::{ArtifactCache, Opened, engine_tag};
 use crate::compile::{Bounds, CompileError, Compiler};
 use crate::declaration::RawDeclaration;
 use crate::engine;
@@ -24,12 +24,13 @@ mod failure;
 mod files;
 mod guest;
 
+pub(crate) use component::Opening;
 pub(crate) use component::Source;
 pub use component::{ContributorComponent, LoadError};
 pub use contract::{ContractVersion, supported_contracts};
 pub use failure::{GuestFailure, Phase};
 
-use component::{is_component, not_a_component};
+use component::{Linked, is_component, not_a_component};
 
 /// Why `bytes` is not a WebAssembly component, judged by its header alone
 /// (e.g. before shipping it), or `None` if it looks like one.
@@ -139,6 +140,24 @@ pub(crate) struct Sandbox {
     host_limits: HostLimits,
 }
 
+/// `component`'s pre-instance, its artifact opened first if that was left
+/// for later (which may wait for another thread opening it).
+fn pre(component: &ContributorComponent) -> Result<&Pre, GuestFailure> {
+    (component.linked.get())
+        .map(|linked| &linked.pre)
+        .map_err(|reason| GuestFailure::Instantiate(format!("cannot open its artifact: {reason}")))
+}
+
+/// A component loaded from a file whose sealed artifact is opened later.
+struct Later<'a> {
+    /// The artifact.
+    artifact: &'a std::path::Path,
+    /// The component's file.
+    path: &'a std::path::Path,
+    /// The SHA-256 of its bytes when it was loaded.
+    content: &'a str,
+}
+
 impl Sandbox {
     /// An engine and a linker that provides WASI (denying everything, and
     /// opening files without blocking) and `config`, under `host_limits`.
@@ -207,11 +226,11 @@ impl Sandbox {
     /// limits (or maps it from the cache) and checks that it targets the
     /// contributor world. The component carries `limits`.
     pub(crate) fn load(
-        &self,
+        self: &Arc<Self>,
         origin: &str,
         source: Source<'_>,
         cache: &ArtifactCache,
-        compiler: &Compiler,
+        compiler: &Arc<Compiler>,
         limits: &Limits,
     ) -> Result<ContributorComponent, LoadError> {
         let fail = |reason: String| LoadError {
@@ -219,45 +238,113 @@ impl Sandbox {
             reason,
         };
         let bounds = Bounds::of(limits);
-        let tag = engine_tag(&self.engine);
-        let compile = |bytes: &[u8]| {
-            if !is_component(bytes) {
-                return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+        let compile = {
+            let (compiler, origin, tag) = (
+                Arc::clone(compiler),
+                origin.to_string(),
+                engine_tag(&self.engine),
+            );
+            move |bytes: &[u8]| {
+                if !is_component(bytes) {
+                    return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+                }
+                compiler.compile_reported(&origin, bytes, &bounds, &tag)
             }
-            compiler.compile_reported(origin, bytes, &bounds, &tag)
         };
         let crate::cache::Loaded {
             component,
             content,
             held,
+            linked,
         } = match source {
-            Source::File(path) => cache.load_file(&self.engine, path, &bounds, compile),
-            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, compile),
+            Source::File(path) => cache.load_file(&self.engine, path, &bounds, &compile, true),
+            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, &compile),
         }
         .map_err(fail)?;
+        let linked = match (component, source) {
+            (Opened::Now(component), _) => {
+                let parts = self.link(&component).map_err(fail)?;
+                cache.mark_linked(linked.as_deref());
+                Opening::ready(parts)
+            }
+            (Opened::Later(artifact), Source::File(path)) => {
+                let (sandbox, cache) = (Arc::clone(self), cache.clone());
+                let (path, content) = (path.to_path_buf(), content.clone());
+                Opening::deferred(Box::new(move || {
+                    let later = Later {
+                        artifact: &artifact,
+                        path: &path,
+                        content: &content,
+                    };
+                    sandbox.open_later(later, &cache, &bounds, compile)
+                }))
+            }
+            (Opened::Later(artifact), Source::Bytes(_)) => {
+                let component = crate::cache::deserialize(&self.engine, &artifact);
+                Opening::ready(self.link(&component.map_err(fail)?).map_err(fail)?)
+            }
+        };
+        Ok(ContributorComponent {
+            origin: origin.to_string(),
+            content: content.into(),
+            linked: Arc::new(linked),
+            config: Arc::default(),
+            limits: limits.clone(),
+            on_error: OnError::default(),
+            grants: Grants::default(),
+            signer: crate::signature::Signer::Unsigned,
+            _held: held,
+        })
+    }
+
+    /// What a call needs from `component`: its imports, and a pre-instance
+    /// bound to the contract version they name.
+    fn link(&self, component: &Component) -> Result<Linked, String> {
         let imports: Arc<[String]> = component
             .component_type()
             .imports(&self.engine)
             .map(|(name, _)| name.to_string())
             .collect();
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| fail(format!("{e:#}")))?;
+        let instance_pre = (self.linker)
+            .instantiate_pre(component)
+            .map_err(|e| format!("{e:#}"))?;
         // The contract version is chosen here, once: calls only instantiate.
-        let pre = Pre::new(&imports, instance_pre).map_err(fail)?;
-        Ok(ContributorComponent {
-            origin: origin.to_string(),
-            content: content.into(),
-            pre,
-            config: Arc::default(),
-            limits: limits.clone(),
-            on_error: OnError::default(),
-            imports,
-            grants: Grants::default(),
-            signer: crate::signature::Signer::Unsigned,
-            _held: held,
-        })
+        let pre = Pre::new(&imports, instance_pre)?;
+        Ok(Linked { pre, imports })
+    }
+
+    /// Opens an artifact the cache vouched for at load. If wasmtime refuses
+    /// it now, the file is loaded again as on a cold cache (recompiled),
+    /// provided its bytes are still the ones loaded then.
+    fn open_later(
+        &self,
+        later: Later<'_>,
+        cache: &ArtifactCache,
+        bounds: &Bounds,
+        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
+    ) -> Result<Linked, String> {
+        let component = match crate::cache::deserialize(&self.engine, later.artifact) {
+            Ok(component) => component,
+            Err(err) => {
+                tracing::warn!(
+                    "unusable precompiled artifact {}: {err}; loading {} again",
+                    later.artifact.display(),
+                    later.path.display()
+                );
+                let again = cache.load_file(&self.engine, later.path, bounds, compile, false)?;
+                if again.content != later.content {
+                    return Err(format!(
+                        "its file changed since it was loaded: its SHA-256 was {}, now {}",
+                        later.content, again.content
+                    ));
+                }
+                match again.component {
+                    Opened::Now(component) => component,
+                    Opened::Later(artifact) => crate::cache::deserialize(&self.engine, &artifact)?,
+                }
+            }
+        };
+        self.link(&component)
     }
 
     /// Runs `declare` in a fresh instance.
@@ -320,13 +407,17 @@ impl Sandbox {
         if self.slots.available_permits() <= MAX_PREPARED {
             return Preparation::Busy;
         }
+        // The call will name why it cannot be opened.
+        let Ok(pre) = pre(component) else {
+            return Preparation::Unsuitable;
+        };
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;
         };
         let mut fresh = self.fresh_store(component, component.origin(), Phase::Resolve, None);
         let limits = &component.limits;
         arm(&mut fresh.store, limits);
-        let instantiate = component.pre.instantiate_async(&mut fresh.store);
+        let instantiate = pre.instantiate_async(&mut fresh.store);
         match within_host_deadline(limits, instantiate).await {
             Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
             // The call will instantiate it again and name the failure.
@@ -369,6 +460,7 @@ impl Sandbox {
                 "the guest I/O runtime is gone".into(),
             ));
         };
+        let pre = pre(component)?.clone();
         let (stdout, stderr) = (
             GuestOutput::new(limits.max_log_bytes),
             GuestOutput::new(limits.max_log_bytes),
@@ -388,7 +480,7 @@ impl Sandbox {
                 &stderr,
             );
             arm(&mut store, limits);
-            let (pre, wit) = (component.pre.clone(), call.wit.clone());
+            let wit = call.wit.clone();
             let task = runtime.spawn(async move {
                 let outcome = async {
                     let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
@@ -436,13 +528,13 @@ impl Sandbox {
         f: impl AsyncFnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
+        let pre = pre(component)?;
         let slot = self.slot().await?;
         let mut fresh = self.fresh_store(component, name, phase, execution);
         arm(&mut fresh.store, limits);
         let store = &mut fresh.store;
         let run = async {
-            let guest =
-                (component.pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
+            let guest = (pre.instantiate_async(&mut *store).await).map_err(|e| (e, true))?;
             f(&guest, store).await.map_err(|e| (e, false))
         };
         let outcome = within_host_deadline(limits, run).await;
