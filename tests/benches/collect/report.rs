@@ -176,9 +176,12 @@ fn print_startup(s: &Value) {
         kib("rss_loaded_shmem_kib")
     );
     println!(
-        "VmRSS after {} more collect()s by {WARM_CALLERS} callers: {:.1} MiB",
+        "VmRSS after {} more collect()s by {WARM_CALLERS} callers: {:.1} MiB (Pss {:.1} MiB: a \
+         page of a component's memory image mapped in several pool slots counts once per slot \
+         in VmRSS, once in all in Pss)",
         s["burst_collects"],
-        kib("rss_after_burst_kib")
+        kib("rss_after_burst_kib"),
+        kib("pss_after_burst_kib")
     );
     println!(
         "VmSize: {:.1} GiB reserved by Registry::new (engine pool)",

@@ -22,12 +22,23 @@ pub const STARTUP_CHILD: &str = "DSH_ENV_BENCH_STARTUP_CHILD";
 
 /// A field of `/proc/self/status`, in KiB.
 fn proc_status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
-    status
-        .lines()
+    kib_field("/proc/self/status", field)
+}
+
+/// The process's proportional set size (`Pss` in `/proc/self/smaps_rollup`),
+/// in KiB: each resident page divided by the processes that map it, and
+/// counted once however many of this process's mappings hold it.
+fn pss_kib() -> u64 {
+    kib_field("/proc/self/smaps_rollup", "Pss:")
+}
+
+/// The `field` line of the `/proc` file at `path`, in KiB.
+fn kib_field(path: &str, field: &str) -> u64 {
+    let text = std::fs::read_to_string(path).expect("Linux /proc");
+    text.lines()
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+        .unwrap_or_else(|| panic!("{field} in {path}"))
 }
 
 /// The child: `Registry::new`, then load and register every example from
@@ -87,6 +98,7 @@ pub fn startup_child() {
         "rss_loaded_shmem_kib": rss_loaded_shmem,
         "rss_after_first_collect_kib": rss_first,
         "rss_after_burst_kib": proc_status_kib("VmRSS:"),
+        "pss_after_burst_kib": pss_kib(),
         "burst_collects": WARM_CALLERS * WARM_COLLECTS_EACH,
         "vm_size_before_kib": vm_before,
         "vm_size_registry_kib": vm_empty,
