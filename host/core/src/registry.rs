@@ -702,7 +702,7 @@ impl Registry {
     /// fresh instance of each contributor that has none ready, for its next
     /// call. An instance serves one call and is never reused. The bash tool
     /// runs this while its child starts; without it, `collect` instantiates
-    /// at the call and drops finished instances once 32 wait.
+    /// at the call and drops each instance at the end of its call.
     pub async fn prepare(&self) {
         self.inner.runtime.sandbox.reclaim();
         for entry in self.inner.snapshot().values() {

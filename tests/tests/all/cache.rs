@@ -16,6 +16,15 @@ fn entries(registry: &Registry) -> Vec<PathBuf> {
     paths
 }
 
+/// Puts `bytes` at `path` as a new file, as another process replacing a
+/// cache file would: a file this process maps is never cut short under it
+/// (which is a bus error at its next access, however the host handles it).
+fn replace(path: &std::path::Path, bytes: &[u8]) {
+    let new = path.with_extension("replacement");
+    std::fs::write(&new, bytes).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}
+
 async fn depth_of(registry: &Registry, path: &str) -> Option<String> {
     let component = registry.load_file(path.as_ref()).unwrap();
     let _registration = registry.register(component).await.unwrap();
@@ -57,7 +66,7 @@ async fn each_component_is_compiled_once_and_a_corrupt_entry_is_replaced() {
     let mut corrupt = artifact.clone();
     let middle = corrupt.len() / 2;
     corrupt[middle] ^= 0xff;
-    std::fs::write(&first[0], &corrupt).unwrap();
+    replace(&first[0], &corrupt);
     let third = dsh_env_tests::registry_at(home.path());
     assert_eq!(
         depth_of(&third, artifacts::AGENT_LINEAGE).await.as_deref(),
@@ -70,7 +79,7 @@ async fn each_component_is_compiled_once_and_a_corrupt_entry_is_replaced() {
     );
 
     // A truncated entry too.
-    std::fs::write(&first[0], &artifact[..10]).unwrap();
+    replace(&first[0], &artifact[..10]);
     let fourth = dsh_env_tests::registry_at(home.path());
     assert_eq!(
         depth_of(&fourth, artifacts::AGENT_LINEAGE).await.as_deref(),
@@ -563,7 +572,7 @@ async fn an_artifact_lost_after_a_warm_load_is_compiled_again_at_first_use() {
     assert_eq!(std::fs::read(&entries(&warm)[0]).unwrap(), artifact);
 
     let damaged = depth_after_warm_load(home.path(), &path, |entry| {
-        std::fs::write(entry, b"not an artifact").unwrap()
+        replace(entry, b"not an artifact")
     });
     assert_eq!(damaged.await, Ok(Some("0".into())));
     assert_eq!(std::fs::read(&entries(&warm)[0]).unwrap(), artifact);

@@ -750,6 +750,7 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
     drop(big);
     let small = puppet(&registry, &[("name", "small"), ("keys", "DSH_SMALL=s")]);
     let _small = registry.register(small).await.unwrap();
+    registry.prepare().await;
     registry.collect(&agent_call("small", "s")).await.unwrap();
     assert!(
         registry.runtime().retired_memory() > 0,

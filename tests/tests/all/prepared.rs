@@ -154,3 +154,30 @@ async fn instances_made_ahead_never_take_every_pool_slot() {
     assert_eq!(collected.get("DSH_FIRST"), Some("1"));
     assert_eq!(collected.len(), 3 + 1 + more);
 }
+
+/// A finished store waits to be dropped beside the next child only when
+/// its instance was made ahead, by a caller that runs `prepare`. A caller
+/// that never does drops each store at the end of its call, so it keeps no
+/// pool slot busy between calls (each slot a big guest has used keeps the
+/// pages of its memory image it touched).
+#[tokio::test]
+async fn only_a_preparing_caller_leaves_finished_stores_to_drop_later() {
+    let registry = registry_with(HostLimits::default());
+    let _counter = counter(&registry).await;
+    let runtime = registry.runtime();
+    for call in 0..3 {
+        (registry
+            .collect(&agent_call(&format!("c{call}"), "s"))
+            .await)
+            .unwrap();
+        assert_eq!(runtime.retired_memory(), 0, "call {call}, made at the call");
+    }
+    registry.prepare().await;
+    registry.collect(&agent_call("ahead", "s")).await.unwrap();
+    assert!(
+        runtime.retired_memory() > 0,
+        "made ahead: its store waits for the next prepare"
+    );
+    registry.prepare().await;
+    assert_eq!(runtime.retired_memory(), 0, "the next prepare dropped it");
+}

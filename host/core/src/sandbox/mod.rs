@@ -88,6 +88,23 @@ pub(crate) enum Preparation {
     Unsuitable,
 }
 
+/// What becomes of a finished call's store.
+enum Teardown {
+    /// Kept for [`Sandbox::reclaim`], which the next `prepare` runs beside
+    /// the caller's child, off the caller's path: for an instance made
+    /// ahead (so the caller prepares), and for one with a cwd grant (never
+    /// made ahead, so this is its only way off the path).
+    Retire,
+    /// Dropped at the end of the call. Its instance was made at the call,
+    /// so the caller is not (or not only) preparing instances ahead, and
+    /// a retired store would keep its pool slot busy until 32 wait: the
+    /// next call then takes another slot, and every slot a big guest has
+    /// used keeps the pages of its memory image it touched. After a burst
+    /// of 64 such callers that was 74-83 MiB of RSS instead of 47-50
+    /// (BENCHMARKS.md).
+    Drop,
+}
+
 /// Finished calls' stores, and the pool slots they hold until dropped.
 #[derive(Default)]
 struct Retired {
@@ -505,7 +522,7 @@ impl Sandbox {
                     stdout,
                     stderr,
                 };
-                self.finish(component, name, fresh, slot, Ok(outcome))
+                self.finish(component, name, fresh, slot, Ok(outcome), Teardown::Retire)
             }
             Ok(Err(join)) => {
                 Err(GuestFailure::trap(join.to_string()).with_last_words(stderr.last_words()))
@@ -538,7 +555,7 @@ impl Sandbox {
             f(&guest, store).await.map_err(|e| (e, false))
         };
         let outcome = within_host_deadline(limits, run).await;
-        self.finish(component, name, fresh, slot, outcome)
+        self.finish(component, name, fresh, slot, outcome, Teardown::Drop)
     }
 
     /// Runs `f` on an instance made ahead of the call, under a fresh deadline.
@@ -559,7 +576,7 @@ impl Sandbox {
         arm_deadline(&mut fresh.store, limits);
         let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
         let outcome = within_host_deadline(limits, run).await;
-        self.finish(component, name, fresh, slot, outcome)
+        self.finish(component, name, fresh, slot, outcome, Teardown::Retire)
     }
 
     /// A store for one instance of `component`, and what its guest prints.
@@ -619,7 +636,7 @@ impl Sandbox {
         store
     }
 
-    /// Logs the guest's output, names a failure, and retires the store.
+    /// Logs the guest's output, names a failure, and retires or drops the store.
     fn finish<R>(
         &self,
         component: &ContributorComponent,
@@ -627,6 +644,7 @@ impl Sandbox {
         fresh: FreshStore,
         slot: OwnedSemaphorePermit,
         outcome: Result<Result<R, (wasmtime::Error, bool)>, tokio::time::error::Elapsed>,
+        teardown: Teardown,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
         log_output(name, &fresh.stdout, &fresh.stderr);
@@ -645,7 +663,10 @@ impl Sandbox {
                 store.hostcall_fuel(),
             )),
         };
-        self.retire(store, slot);
+        match teardown {
+            Teardown::Retire => self.retire(store, slot),
+            Teardown::Drop => drop((store, slot)),
+        }
         result.map_err(|failure| failure.with_last_words(fresh.stderr.last_words()))
     }
 
