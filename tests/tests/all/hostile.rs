@@ -1071,3 +1071,59 @@ async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
     // The host is fine, and healthy components still compile and run.
     assert_healthy(&new_registry()).await;
 }
+
+/// Threads named `dsh-env-open` alive in this process now.
+fn opening_threads() -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("Linux /proc");
+    let named = |task: std::fs::DirEntry| std::fs::read_to_string(task.path().join("comm")).ok();
+    (tasks.filter_map(Result::ok).filter_map(named))
+        .filter(|comm| comm.trim_end() == "dsh-env-open")
+        .count()
+}
+
+/// Each registration from a warm cache leaves its artifact to a thread of
+/// its own; a caller registering as fast as it can (`serve`'s `register`,
+/// in a loop) starts at most `MAX_OPENING_THREADS` of them at once, and
+/// its first calls open the rest.
+#[tokio::test]
+async fn a_flood_of_registrations_starts_a_bounded_number_of_opening_threads() {
+    use dsh_env::sandbox::MAX_OPENING_THREADS;
+    let registry = registry();
+    // Compiled, linked and declared once, so later loads are deferred.
+    let warm = registry
+        .load_file(artifacts::CALL_CONTEXT.as_ref())
+        .unwrap();
+    drop(registry.register(warm).await.unwrap());
+
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(opening_threads());
+            }
+            most
+        })
+    };
+    for _ in 0..40 {
+        let component = registry
+            .load_file(artifacts::CALL_CONTEXT.as_ref())
+            .unwrap();
+        drop(registry.register(component).await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.join().unwrap();
+    assert!(
+        (1..=MAX_OPENING_THREADS).contains(&most),
+        "{most} opening threads at once"
+    );
+    // The last ones registered, and a component whose opening was left to
+    // its first call, still serve calls.
+    let component = registry
+        .load_file(artifacts::CALL_CONTEXT.as_ref())
+        .unwrap();
+    let _registration = registry.register(component).await.unwrap();
+    let overlay = registry.collect(&agent_call("c", "s")).await.unwrap();
+    assert!(overlay.get("DSH_CALL_MODE").is_some(), "{overlay:?}");
+}

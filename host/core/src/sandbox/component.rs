@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
@@ -149,6 +150,9 @@ pub(super) struct Linked {
 /// Makes a component's [`Linked`] parts.
 pub(super) type Open = Box<dyn FnOnce() -> Result<Linked, String> + Send>;
 
+/// Threads [`Opening::in_background`] runs at once, in a process.
+pub const MAX_OPENING_THREADS: usize = 4;
+
 /// A component's [`Linked`] parts: made at load, or, for an artifact the
 /// cache vouched for by its seal, by the first caller that needs them or by
 /// the thread [`Opening::in_background`] starts after registration.
@@ -198,10 +202,17 @@ impl Opening {
     }
 
     /// Opens every one of `openings` not opened yet on one thread of its
-    /// own, so the first call finds them ready.
+    /// own, so the first call finds them ready. At most
+    /// [`MAX_OPENING_THREADS`] run at once in a process, however fast
+    /// registrations come; past that, each first call opens its component.
     pub(crate) fn in_background(openings: Vec<Arc<Opening>>) {
+        static RUNNING: AtomicUsize = AtomicUsize::new(0);
         let pending: Vec<_> = openings.into_iter().filter(|o| !o.is_settled()).collect();
         if pending.is_empty() {
+            return;
+        }
+        if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_OPENING_THREADS {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
             return;
         }
         let spawned = std::thread::Builder::new()
@@ -210,8 +221,10 @@ impl Opening {
                 for opening in pending {
                     let _ = opening.get();
                 }
+                RUNNING.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(err) = spawned {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
             // The first call that needs each one opens it instead.
             tracing::warn!("cannot start a thread to open artifacts: {err}");
         }

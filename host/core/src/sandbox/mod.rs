@@ -26,7 +26,7 @@ mod guest;
 
 pub(crate) use component::Opening;
 pub(crate) use component::Source;
-pub use component::{ContributorComponent, LoadError};
+pub use component::{ContributorComponent, LoadError, MAX_OPENING_THREADS};
 pub use contract::{ContractVersion, supported_contracts};
 pub use failure::{GuestFailure, Phase};
 
