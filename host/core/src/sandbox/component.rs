@@ -46,8 +46,9 @@ impl ContributorComponent {
         &self.origin
     }
 
-    /// The names of the interfaces the component imports (none if its
-    /// compiled artifact cannot be opened; a call then names why).
+    /// The names of the interfaces the component imports, opening its
+    /// compiled artifact first if that was left for later (none if it
+    /// cannot be opened; a call then names why).
     pub fn imports(&self) -> &[String] {
         self.linked.get().map_or(&[], |linked| &linked.imports)
     }
