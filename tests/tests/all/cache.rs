@@ -584,5 +584,6 @@ async fn an_artifact_lost_after_a_warm_load_is_compiled_again_at_first_use() {
         std::fs::copy(artifacts::CALL_TRACE, &path).unwrap();
     });
     let error = changed.await.unwrap_err();
-    assert!(error.contains("changed since it was loaded"), "{error}");
+    let named = format!("{} changed since it was loaded", path.display());
+    assert!(error.contains(&named), "{error}");
 }

@@ -351,8 +351,10 @@ impl Sandbox {
                 let again = cache.load_file(&self.engine, later.path, bounds, compile, false)?;
                 if again.content != later.content {
                     return Err(format!(
-                        "its file changed since it was loaded: its SHA-256 was {}, now {}",
-                        later.content, again.content
+                        "{} changed since it was loaded: its SHA-256 was {}, now {}",
+                        crate::input::escape_controls(&later.path.display().to_string()),
+                        later.content,
+                        again.content
                     ));
                 }
                 match again.component {
