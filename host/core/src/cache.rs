@@ -396,8 +396,8 @@ impl ArtifactCache {
 
     /// The entry's component, if it is sealed as it is now (or its bytes
     /// still match the seal's digest) and this engine accepts it (checked
-    /// by the caller later if `defer` and the entry is marked linked). Records the use on the seal (see
-    /// [`evict`]).
+    /// by the caller later if `defer` and the entry is marked linked).
+    /// Records the use on the seal (see [`evict`]).
     fn open(&self, engine: &Engine, entry: &Entry, defer: bool) -> Option<Opened> {
         let seal = read_and_mark_used(&entry.seal)?;
         let mut fields = seal.splitn(3, ' ');
