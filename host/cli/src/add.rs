@@ -122,7 +122,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
     spec.trust = std::sync::Arc::new(trust);
 
-    let registry: Registry = open_home_registry(home)?;
+    let registry: Registry = open_home_registry(home, dsh_env::Tiering::Optimized)?;
     let component = registry.load_spec(&spec).map_err(Failure::config)?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
     Review {

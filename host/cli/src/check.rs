@@ -53,7 +53,10 @@ pub(crate) async fn run(
         Some(manifest) => manifest.trust().map_err(Failure::config)?,
         None => Trust::default(),
     };
-    let registry = open_home_registry(resolve_home(home.as_deref(), manifest.as_ref())?)?;
+    let registry = open_home_registry(
+        resolve_home(home.as_deref(), manifest.as_ref())?,
+        dsh_env::Tiering::Optimized,
+    )?;
     let config: BTreeMap<String, String> = config.into_iter().collect();
     // The bytes are read once: the digest shown is that of the bytes checked.
     let shown_file = file.display().to_string();

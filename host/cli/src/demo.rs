@@ -31,7 +31,7 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
         Ok(user_home) => home_cache(user_home.path())?,
         Err(_) => home_cache(&home_dir)?,
     };
-    let registry = open_registry(home, cache)?;
+    let registry = open_registry(home, cache, dsh_env::Tiering::Baseline)?;
     let default_manifest = PathBuf::from("contributors/examples.toml");
     let manifest = manifest.or_else(|| {
         default_manifest

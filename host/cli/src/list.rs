@@ -18,7 +18,7 @@ pub(crate) struct Args {
 
 /// Prints the registry's keys.
 pub(crate) async fn run(Args { setup, json }: Args) -> CliResult<ExitCode> {
-    let registered = setup.open().await?;
+    let registered = setup.open(dsh_env::Tiering::Baseline).await?;
     let registry = &registered.registry;
     let rows = registry.list();
     if json {

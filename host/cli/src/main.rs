@@ -186,7 +186,8 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup } => {
-            let registered = setup.open().await?;
+            // Long-lived: optimized code replaces the baseline when ready.
+            let registered = setup.open(dsh_env::Tiering::Background).await?;
             serve::serve(registered).await.map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }

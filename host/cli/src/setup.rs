@@ -11,7 +11,7 @@ use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
-    Registration, Registry, Runtime, ToolExecution,
+    Registration, Registry, Runtime, Tiering, ToolExecution,
 };
 
 /// An error and the exit code it maps to.
@@ -94,7 +94,7 @@ impl Call {
         if background {
             execution = execution.with_mode(Mode::Background);
         }
-        let registered = self.setup.open().await?;
+        let registered = self.setup.open(Tiering::Baseline).await?;
         let collection = (registered.registry)
             .collect_report(&execution)
             .await
@@ -104,11 +104,17 @@ impl Call {
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
-/// `cache`. (When the instance pool cannot be reserved, the runtime logs a
-/// warning naming why, which the default log level shows.)
-pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Registry> {
+/// `cache` and compiling a cache miss as `tiering` says. (When the instance
+/// pool cannot be reserved, the runtime logs a warning naming why, which
+/// the default log level shows.)
+pub(crate) fn open_registry(
+    home: DshHome,
+    cache: ArtifactCache,
+    tiering: Tiering,
+) -> CliResult<Registry> {
     let runtime = Runtime::new().map_err(Failure::runtime)?;
     let registry = Registry::with_runtime(&runtime, home, cache);
+    registry.set_tiering(tiering);
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
         registry.set_compile_progress(progress);
@@ -117,10 +123,10 @@ pub(crate) fn open_registry(home: DshHome, cache: ArtifactCache) -> CliResult<Re
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`
-/// (capped as `dsh-env cache` says).
-pub(crate) fn open_home_registry(home: DshHome) -> CliResult<Registry> {
+/// (capped as `dsh-env cache` says), compiling a cache miss as `tiering` says.
+pub(crate) fn open_home_registry(home: DshHome, tiering: Tiering) -> CliResult<Registry> {
     let cache = crate::cache::home_cache(home.path())?;
-    open_registry(home, cache)
+    open_registry(home, cache, tiering)
 }
 
 /// The home: `--home`, then the manifest's `home`, then `$DSH_HOME`, then `~/.dsh`.
@@ -147,9 +153,9 @@ fn resolve_home_explained(
 
 impl Setup {
     /// Resolves the home, opens a registry, and registers the manifest's
-    /// contributors. A contributor failure while collecting later is a
-    /// runtime error (exit 1).
-    pub(crate) async fn open(&self) -> CliResult<Registered> {
+    /// contributors, compiling each cache miss as `tiering` says. A
+    /// contributor failure while collecting later is a runtime error (exit 1).
+    pub(crate) async fn open(&self, tiering: Tiering) -> CliResult<Registered> {
         let manifest = self
             .manifest
             .as_deref()
@@ -157,7 +163,7 @@ impl Setup {
             .transpose()
             .map_err(Failure::config)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
-        let registry = open_home_registry(home)?;
+        let registry = open_home_registry(home, tiering)?;
         let (registrations, environment) = match &manifest {
             Some(manifest) => (
                 (registry

@@ -109,6 +109,16 @@ pub(crate) enum Opened {
     Later(PathBuf),
 }
 
+impl Opened {
+    /// The component, deserialized now for `engine` if it was left for later.
+    pub(crate) fn open(&self, engine: &Engine) -> Result<Component, String> {
+        match self {
+            Opened::Now(component) => Ok(component.clone()),
+            Opened::Later(artifact) => deserialize(engine, artifact),
+        }
+    }
+}
+
 /// One artifact, its seal and its failure record.
 struct Entry {
     /// `<content>-<engine>`: what the seal must name.
@@ -189,26 +199,12 @@ impl ArtifactCache {
         defer: bool,
     ) -> Result<Loaded, String> {
         let tag = engine_tag(engine);
-        let before = Identity::of(path).filter(|_| self.usable());
-        let alias = before.as_ref().and_then(|identity| {
-            let path = fs::canonicalize(path).ok()?;
-            let key = Sha256::digest(format!("{}\n{}", path.display(), identity.0));
-            Some(self.dir.join(format!("{}-{tag}.alias", hex(&key))))
-        });
-        if let Some(alias) = &alias
-            && let Ok(content) = fs::read_to_string(alias)
-            && is_digest(&content)
+        let (before, alias) = self.alias(path, &tag);
+        if let Some(loaded) = alias
+            .as_deref()
+            .and_then(|a| self.aliased(engine, a, &tag, defer))
         {
-            let entry = self.entry(&content, &tag);
-            let held = self.hold(&entry);
-            if let Some(component) = self.open(engine, &entry, defer) {
-                return Ok(Loaded {
-                    component,
-                    content,
-                    held,
-                    linked: Some(entry.linked),
-                });
-            }
+            return Ok(loaded);
         }
         let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
             .map_err(|e| e.problem.to_string())?;
@@ -221,6 +217,58 @@ impl ArtifactCache {
             tracing::warn!("cannot store cache alias {}: {err}", alias.display());
         }
         Ok(loaded)
+    }
+
+    /// The component in the file at `path`, if the file is unchanged since
+    /// it was aliased to a sound entry for `engine`: nothing is read or
+    /// compiled otherwise.
+    pub(crate) fn lookup_file(&self, engine: &Engine, path: &Path, defer: bool) -> Option<Loaded> {
+        let tag = engine_tag(engine);
+        let (_, alias) = self.alias(path, &tag);
+        self.aliased(engine, &alias?, &tag, defer)
+    }
+
+    /// The component for `bytes`, if a sound entry for `engine` holds it.
+    pub(crate) fn lookup_bytes(&self, engine: &Engine, bytes: &[u8]) -> Option<Loaded> {
+        if !self.usable() {
+            return None;
+        }
+        let content = sha256_hex(bytes);
+        let entry = self.entry(&content, &engine_tag(engine));
+        let held = self.hold(&entry);
+        let component = self.open(engine, &entry, false)?;
+        Some(Loaded {
+            component,
+            content,
+            held,
+            linked: Some(entry.linked),
+        })
+    }
+
+    /// The file's identity now (when the cache is usable), and the alias
+    /// that names the content of the file at `path` with that identity.
+    fn alias(&self, path: &Path, tag: &str) -> (Option<Identity>, Option<PathBuf>) {
+        let before = Identity::of(path).filter(|_| self.usable());
+        let alias = before.as_ref().and_then(|identity| {
+            let path = fs::canonicalize(path).ok()?;
+            let key = Sha256::digest(format!("{}\n{}", path.display(), identity.0));
+            Some(self.dir.join(format!("{}-{tag}.alias", hex(&key))))
+        });
+        (before, alias)
+    }
+
+    /// The component of the sound entry `alias` names, if any.
+    fn aliased(&self, engine: &Engine, alias: &Path, tag: &str, defer: bool) -> Option<Loaded> {
+        let content = fs::read_to_string(alias).ok().filter(|c| is_digest(c))?;
+        let entry = self.entry(&content, tag);
+        let held = self.hold(&entry);
+        let component = self.open(engine, &entry, defer)?;
+        Some(Loaded {
+            component,
+            content,
+            held,
+            linked: Some(entry.linked),
+        })
     }
 
     /// The component for `bytes`, and the SHA-256 of `bytes`: mapped from a

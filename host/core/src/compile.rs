@@ -18,6 +18,7 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, RwLock};
@@ -155,6 +156,18 @@ pub(crate) struct Compiler {
     /// at once mostly adds its memory (measured on the examples manifest, 2
     /// cores: the same wall time, two thirds of the peak memory; README).
     one_at_a_time: Mutex<()>,
+    /// The same for background compiles, which must not make a load wait.
+    one_in_background: Mutex<()>,
+}
+
+/// Whether a caller waits for a compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// A load waits for it: reported, at normal CPU priority.
+    Now,
+    /// Nobody waits (a tier-up): unreported, at the lowest CPU priority, so
+    /// it takes the cores only when the caller's commands leave them idle.
+    Background,
 }
 
 impl std::fmt::Debug for Compiler {
@@ -186,18 +199,23 @@ impl Compiler {
         bytes: &[u8],
         bounds: &Bounds,
         engine_tag: &str,
+        urgency: Urgency,
     ) -> Result<Vec<u8>, CompileError> {
+        if urgency == Urgency::Background {
+            let _turn = (self.one_in_background.lock()).unwrap_or_else(|p| p.into_inner());
+            return self.compile(bytes, bounds, engine_tag, urgency);
+        }
         let _turn = self.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
         let progress = (self.progress.read())
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let Some(progress) = progress else {
-            return self.compile(bytes, bounds, engine_tag);
+            return self.compile(bytes, bounds, engine_tag, urgency);
         };
         let size = bytes.len() as u64;
         progress.started(origin, size);
         let start = Instant::now();
-        let compiled = self.compile(bytes, bounds, engine_tag);
+        let compiled = self.compile(bytes, bounds, engine_tag, urgency);
         progress.finished(origin, size, start.elapsed(), compiled.is_ok());
         compiled
     }
@@ -257,6 +275,7 @@ impl Compiler {
         bytes: &[u8],
         bounds: &Bounds,
         engine_tag: &str,
+        urgency: Urgency,
     ) -> Result<Vec<u8>, CompileError> {
         let helper = self.helper().map_err(CompileError::Failed)?;
         let failed = |what: String| {
@@ -265,7 +284,23 @@ impl Compiler {
                 escape_controls(&helper.display().to_string())
             ))
         };
-        let mut child = Command::new(&helper)
+        let mut command = Command::new(&helper);
+        if urgency == Urgency::Background {
+            command.arg("--nice").arg("19");
+        }
+        // SAFETY: prctl is async-signal-safe, and touches no memory.
+        unsafe {
+            // The helper dies with the thread that waits for it, so a host
+            // that exits mid-compile (a tier-up cut short) leaves no
+            // compiler running on.
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
             .arg("--memory-bytes")
             .arg(bounds.memory_bytes.to_string())
             .arg("--cpu-seconds")
@@ -464,7 +499,7 @@ fn wait4(pid: libc::pid_t, flags: libc::c_int) -> std::io::Result<Option<(libc::
 /// The `dsh-env-compile` helper: sets its own limits, reads a component on
 /// stdin, and writes the precompiled artifact to stdout.
 ///
-/// Arguments: `--memory-bytes N --cpu-seconds N --engine TAG`.
+/// Arguments: `--memory-bytes N --cpu-seconds N --engine TAG [--nice N]`.
 pub fn helper_main() -> ExitCode {
     match helper(std::env::args_os().skip(1).collect()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -481,6 +516,7 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     let mut memory_bytes = None;
     let mut cpu_seconds = None;
     let mut engine_tag = None;
+    let mut nice = 0;
     let mut args = args.into_iter();
     while let Some(flag) = args.next() {
         let value = args.next().and_then(|v| v.into_string().ok());
@@ -494,6 +530,7 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
             Some("--memory-bytes") => memory_bytes = Some(number()?),
             Some("--cpu-seconds") => cpu_seconds = Some(number()?),
             Some("--engine") => engine_tag = Some(value),
+            Some("--nice") => nice = number()?,
             _ => return Err(usage(format!("unknown argument {flag:?}"))),
         }
     }
@@ -510,21 +547,39 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     set_limit(libc::RLIMIT_AS, memory_bytes, memory_bytes).map_err(usage)?;
     // The soft limit sends SIGXCPU; the hard one, a second later, SIGKILL.
     set_limit(libc::RLIMIT_CPU, cpu_seconds, cpu_seconds.saturating_add(1)).map_err(usage)?;
+    if nice > 0 {
+        // Before the compiler's threads start: on Linux each thread has its
+        // own niceness, and new threads inherit their creator's.
+        let nice = libc::c_int::try_from(nice.min(19)).unwrap_or(19);
+        // SAFETY: plain system call on this process's calling thread.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    }
 
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
         .read_to_end(&mut bytes)
         .map_err(|e| oom_or(EXIT_USAGE, format!("cannot read the component: {e}"), &e))?;
-    let engine = wasmtime::Engine::new(&crate::engine::base_config())
-        .map_err(|e| (EXIT_USAGE, format!("engine setup failed: {e:#}")))?;
-    if crate::cache::engine_tag(&engine) != engine_tag {
+    // Either tier's engine: the caller's tag says which.
+    let mut engine = None;
+    for config in [
+        crate::engine::base_config(),
+        crate::engine::baseline_config(),
+    ] {
+        let candidate = wasmtime::Engine::new(&config)
+            .map_err(|e| (EXIT_USAGE, format!("engine setup failed: {e:#}")))?;
+        if crate::cache::engine_tag(&candidate) == engine_tag {
+            engine = Some(candidate);
+            break;
+        }
+    }
+    let Some(engine) = engine else {
         return Err(usage(format!(
             "this helper (dsh-env {}) compiles for another engine than its caller; \
              use the {HELPER} built with the caller",
             env!("CARGO_PKG_VERSION")
         )));
-    }
+    };
     let artifact = engine.precompile_component(&bytes).map_err(|e| {
         let oom = e.chain().any(|cause| {
             cause.is::<wasmtime::OutOfMemory>()

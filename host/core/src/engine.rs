@@ -4,7 +4,29 @@
 use std::time::Duration;
 
 use crate::runtime::Allocator;
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
+};
+
+/// Which compiler a component missing from the cache is compiled with at
+/// load. Cranelift's code runs fastest, but compiling the Python and
+/// JavaScript examples takes it 13-15 s each on 2 cores; Winch, wasmtime's
+/// baseline compiler, takes 2-3 s (BENCHMARKS.md). An artifact of either
+/// kind found in the cache is used as it is, the optimized one first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tiering {
+    /// Compile with Cranelift at load: the slowest first load, the fastest
+    /// calls. For a step that installs or reviews a component.
+    #[default]
+    Optimized,
+    /// Compile with Winch at load, then with Cranelift on a background
+    /// thread (one compile at a time, at low CPU priority), and switch to
+    /// the optimized code when it is ready. For a long-lived host.
+    Background,
+    /// Compile with Winch at load, and nothing more. For a short-lived
+    /// process, which would only abandon a background compile at its exit.
+    Baseline,
+}
 
 /// How often the epoch advances; deadlines are accurate to about this much.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -109,6 +131,24 @@ pub(crate) fn base_config() -> Config {
     config.consume_fuel(true);
     config.max_wasm_stack(MAX_WASM_STACK);
     config
+}
+
+/// The baseline tier's engine configuration: [`base_config`] compiled by
+/// Winch, which supports the same fuel and epoch checks.
+pub(crate) fn baseline_config() -> Config {
+    let mut config = base_config();
+    config.strategy(Strategy::Winch);
+    config
+}
+
+/// Builds the baseline tier's engine: Winch, allocating on demand (a second
+/// pool would reserve its address space again, for instances that live only
+/// until their component's optimized code is ready), with its own epoch
+/// ticker, since each engine counts its own epochs.
+pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
+    let engine = Engine::new(&baseline_config())?;
+    start_epoch_ticker(&engine);
+    Ok(engine)
 }
 
 /// Whether a freed instance's memories and tables are reset in place, by

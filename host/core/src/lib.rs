@@ -40,6 +40,7 @@ pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
 };
+pub use engine::Tiering;
 pub use environment::{EnvError, ScrubPolicy, ScrubReason, child_environment};
 pub use execution::{Agent, Mode, ToolExecution};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
@@ -53,7 +54,8 @@ pub use registry::{
 };
 pub use runtime::{Allocator, Runtime, RuntimeError};
 pub use sandbox::{
-    ContractVersion, ContributorComponent, GuestFailure, LoadError, Phase, supported_contracts,
+    CodeTier, ContractVersion, ContributorComponent, GuestFailure, LoadError, Phase,
+    supported_contracts,
 };
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{

@@ -12,6 +12,7 @@ use crate::compile::{CompileProgress, Compiler};
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
+use crate::engine::Tiering;
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
@@ -223,6 +224,8 @@ struct Inner {
     home: DshHome,
     cache: ArtifactCache,
     compiler: Arc<Compiler>,
+    /// Which compiler a cache miss is compiled with.
+    tiering: Mutex<Tiering>,
     /// Replaced whole on every change, so `collect` works on a stable snapshot.
     contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
     next_id: AtomicU64,
@@ -311,6 +314,7 @@ impl Registry {
                 runtime: runtime.clone(),
                 cache,
                 compiler: Arc::default(),
+                tiering: Mutex::default(),
                 home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
@@ -374,7 +378,22 @@ impl Registry {
         limits: &Limits,
     ) -> Result<ContributorComponent, LoadError> {
         let inner = &self.inner;
-        (inner.runtime.sandbox).load(origin, source, &inner.cache, &inner.compiler, limits)
+        let tiering = *inner.tiering.lock().unwrap_or_else(|p| p.into_inner());
+        let sandbox = &inner.runtime.sandbox;
+        sandbox.load(
+            origin,
+            source,
+            &inner.cache,
+            &inner.compiler,
+            limits,
+            tiering,
+        )
+    }
+
+    /// Compiles each component missing from the cache as `tiering` says
+    /// from now on (default [`Tiering::Optimized`]).
+    pub fn set_tiering(&self, tiering: Tiering) {
+        *self.inner.tiering.lock().unwrap_or_else(|p| p.into_inner()) = tiering;
     }
 
     /// Compiles components with the helper at `path` (see

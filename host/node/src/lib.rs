@@ -134,6 +134,9 @@ impl Registry {
             .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
         let cache = ArtifactCache::new(home.path().join("cache"));
         let inner = dsh_env::Registry::with_runtime(runtime()?, home, cache);
+        // A harness lives for a session: Winch code at once, Cranelift's
+        // when it is ready.
+        inner.set_tiering(dsh_env::Tiering::Background);
         if let Some(path) = compiler {
             inner.set_compiler(path);
         }

@@ -19,3 +19,4 @@ mod polyglot;
 mod prepared;
 mod recorder;
 mod registry;
+mod tiering;

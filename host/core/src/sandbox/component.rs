@@ -1,9 +1,9 @@
 //! A compiled contributor component and what it is granted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use sha2::{Digest, Sha256};
 
@@ -44,6 +44,13 @@ impl ContributorComponent {
     /// Where the component came from (a path, or a caller's label).
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// Which compiler made the code its calls run now, opening its
+    /// compiled artifact first if that was left for later (`None` if it
+    /// cannot be opened; a call then names why).
+    pub fn tier(&self) -> Option<CodeTier> {
+        self.linked.get().ok().map(|linked| linked.tier)
     }
 
     /// The names of the interfaces the component imports, opening its
@@ -140,12 +147,26 @@ impl ContributorComponent {
     }
 }
 
+/// Which compiler made a component's code (see [`crate::Tiering`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeTier {
+    /// Winch: compiled fast, runs slower.
+    Baseline,
+    /// Cranelift.
+    Optimized,
+}
+
 /// What a call needs from a compiled component.
 pub(super) struct Linked {
     /// Instantiates it through the bindings of the contract version it targets.
     pub(super) pre: Pre,
     /// The names of the interfaces it imports.
     pub(super) imports: Arc<[String]>,
+    /// Which compiler made the code.
+    pub(super) tier: CodeTier,
+    /// Keeps the artifact's cache entry from this process's evictions, when
+    /// it is not the entry the component was loaded from (a tier-up's).
+    pub(super) _held: Option<crate::cache::Held>,
 }
 
 /// Makes a component's [`Linked`] parts.
@@ -162,14 +183,30 @@ pub const MAX_OPENING_THREADS: usize = 4;
 pub(crate) struct Opening {
     linked: OnceLock<Result<Linked, String>>,
     open: Mutex<Option<Open>>,
+    /// Optimized parts, once a tier-up has made them: used instead of
+    /// `linked` from then on.
+    optimized: OnceLock<Linked>,
+    /// Makes the optimized parts, until the tier-up thread takes it.
+    tier_up: Mutex<Option<Open>>,
 }
+
+/// Openings whose tier-up waits, oldest first, and whether a thread runs them.
+static TIER_UPS: Mutex<(VecDeque<Weak<Opening>>, bool)> = Mutex::new((VecDeque::new(), false));
 
 impl Opening {
     /// Parts made already.
     pub(super) fn ready(linked: Linked) -> Self {
+        Self::tiered(linked, None)
+    }
+
+    /// Parts made already, and what makes better ones in the background
+    /// ([`Opening::in_background`]), if anything.
+    pub(super) fn tiered(linked: Linked, tier_up: Option<Open>) -> Self {
         Opening {
             linked: OnceLock::from(Ok(linked)),
             open: Mutex::new(None),
+            optimized: OnceLock::new(),
+            tier_up: Mutex::new(tier_up),
         }
     }
 
@@ -178,6 +215,8 @@ impl Opening {
         Opening {
             linked: OnceLock::new(),
             open: Mutex::new(Some(open)),
+            optimized: OnceLock::new(),
+            tier_up: Mutex::new(None),
         }
     }
 
@@ -185,6 +224,9 @@ impl Opening {
     /// another thread makes them waits for that thread (a few milliseconds
     /// for the largest examples).
     pub(super) fn get(&self) -> Result<&Linked, &str> {
+        if let Some(optimized) = self.optimized.get() {
+            return Ok(optimized);
+        }
         self.linked
             .get_or_init(|| {
                 let open = self.open.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -202,12 +244,71 @@ impl Opening {
         self.linked.get().is_some()
     }
 
+    /// Whether a tier-up waits to be run.
+    fn tier_up_waits(&self) -> bool {
+        (self.tier_up.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Runs the tier-up, if it still waits, and uses its parts from then on.
+    fn tier_up(&self) {
+        let tier_up = (self.tier_up.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        match tier_up.map(|tier_up| tier_up()) {
+            Some(Ok(optimized)) => {
+                let _ = self.optimized.set(optimized);
+            }
+            // The baseline code keeps serving its calls.
+            Some(Err(reason)) => tracing::warn!("cannot optimize a contributor: {reason}"),
+            None => {}
+        }
+    }
+
+    /// Runs the tier-ups of `openings` on one thread for the process, one
+    /// compile after another, oldest first. A component dropped before its
+    /// turn is skipped.
+    fn tier_up_in_background(openings: &[Arc<Opening>]) {
+        let mut queue = TIER_UPS.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = openings.iter().filter(|o| o.tier_up_waits());
+        queue.0.extend(waiting.map(Arc::downgrade));
+        if queue.1 || queue.0.is_empty() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("dsh-env-tier-up".into())
+            .spawn(|| {
+                loop {
+                    let next = {
+                        let mut queue = TIER_UPS.lock().unwrap_or_else(|p| p.into_inner());
+                        let next = queue.0.pop_front();
+                        if next.is_none() {
+                            queue.1 = false;
+                        }
+                        next
+                    };
+                    let Some(next) = next else { return };
+                    if let Some(opening) = next.upgrade() {
+                        opening.tier_up();
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => queue.1 = true,
+            // The baseline code serves every call.
+            Err(err) => tracing::warn!("cannot start a thread to optimize contributors: {err}"),
+        }
+    }
+
     /// Opens every one of `openings` not opened yet on one thread of its
-    /// own, so the first call finds them ready. At most
-    /// [`MAX_OPENING_THREADS`] run at once in a process, however fast
-    /// registrations come; past that, each first call opens its component.
+    /// own, so the first call finds them ready, and queues their tier-ups
+    /// (see [`Opening::tiered`]). At most [`MAX_OPENING_THREADS`] opening
+    /// threads run at once in a process, however fast registrations come;
+    /// past that, each first call opens its component.
     pub(crate) fn in_background(openings: Vec<Arc<Opening>>) {
         static RUNNING: AtomicUsize = AtomicUsize::new(0);
+        Self::tier_up_in_background(&openings);
         let pending: Vec<_> = openings.into_iter().filter(|o| !o.is_settled()).collect();
         if pending.is_empty() {
             return;

@@ -12,8 +12,8 @@
 //! (see the guest SDK's `wit/README.md`).
 
 use semver::Version;
-use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::{Engine, Store};
 
 use super::guest::GuestState;
 use crate::declaration::RawDeclaration;
@@ -133,6 +133,15 @@ impl Pre {
             Bound::Test => test::ContributorPre::new(instance_pre)
                 .map(Pre::Test)
                 .map_err(not_contributor),
+        }
+    }
+
+    /// The engine its code was compiled for, which its stores must use.
+    pub(super) fn engine(&self) -> &Engine {
+        match self {
+            Pre::V0_1(pre) => pre.engine(),
+            #[cfg(feature = "test-contract")]
+            Pre::Test(pre) => pre.engine(),
         }
     }
 

@@ -8,10 +8,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::{ArtifactCache, Opened, engine_tag};
-use crate::compile::{Bounds, CompileError, Compiler};
+use crate::cache::{ArtifactCache, Loaded, Opened, engine_tag};
+use crate::compile::{Bounds, CompileError, Compiler, Urgency};
 use crate::declaration::RawDeclaration;
-use crate::engine;
+use crate::engine::{self, Tiering};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{HostLimits, Limits, bounded};
@@ -26,7 +26,7 @@ mod guest;
 
 pub(crate) use component::Opening;
 pub(crate) use component::Source;
-pub use component::{ContributorComponent, LoadError, MAX_OPENING_THREADS};
+pub use component::{CodeTier, ContributorComponent, LoadError, MAX_OPENING_THREADS};
 pub use contract::{ContractVersion, supported_contracts};
 pub use failure::{GuestFailure, Phase};
 
@@ -138,12 +138,54 @@ impl Drop for GuestIo {
     }
 }
 
+/// An engine and the linker that binds its components.
+struct Tier {
+    engine: Engine,
+    linker: Linker<GuestState>,
+}
+
+impl Tier {
+    /// `engine`, and a linker that provides WASI (denying everything, and
+    /// opening files without blocking) and the contract's host interfaces.
+    fn new(engine: Engine) -> wasmtime::Result<Self> {
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        files::add_to_linker(&mut linker)?;
+        contract::add_to_linker(&mut linker)?;
+        Ok(Tier { engine, linker })
+    }
+
+    /// What a call needs from `component`, compiled for this tier's engine:
+    /// its imports, and a pre-instance bound to the contract version they
+    /// name.
+    fn link(&self, component: &Component, tier: CodeTier) -> Result<Linked, String> {
+        let imports: Arc<[String]> = component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let instance_pre = (self.linker)
+            .instantiate_pre(component)
+            .map_err(|e| format!("{e:#}"))?;
+        // The contract version is chosen here, once: calls only instantiate.
+        let pre = Pre::new(&imports, instance_pre)?;
+        Ok(Linked {
+            pre,
+            imports,
+            tier,
+            _held: None,
+        })
+    }
+}
+
 /// Compiles components and runs their calls, each in a fresh instance.
 pub(crate) struct Sandbox {
-    engine: Engine,
+    /// Cranelift's engine (pooling when it can) and linker.
+    optimized: Tier,
     /// Pooling, or on demand and why.
     allocator: Allocator,
-    linker: Linker<GuestState>,
+    /// Winch's, made by the first load that compiles with it (or why not).
+    baseline: std::sync::OnceLock<Result<Tier, String>>,
     /// Bounds live instances to the pool's size, so a burst waits instead of failing.
     slots: Arc<Semaphore>,
     /// Finished stores not dropped yet: dropping one (resetting its pool
@@ -181,10 +223,7 @@ impl Sandbox {
     pub(crate) fn new(host_limits: HostLimits) -> Result<Self, RuntimeError> {
         let setup = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
         let (engine, allocator) = engine::build_engine().map_err(setup)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(setup)?;
-        files::add_to_linker(&mut linker).map_err(setup)?;
-        contract::add_to_linker(&mut linker).map_err(setup)?;
+        let optimized = Tier::new(engine).map_err(setup)?;
         let io_calls = host_limits.io_calls.max(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -194,9 +233,9 @@ impl Sandbox {
             .build()
             .map_err(RuntimeError::Threads)?;
         Ok(Sandbox {
-            engine,
+            optimized,
             allocator,
-            linker,
+            baseline: std::sync::OnceLock::new(),
             slots: Arc::new(Semaphore::new(engine::MAX_LIVE_INSTANCES as usize)),
             retired: Mutex::default(),
             budget: Arc::new(MemoryBudget::new(host_limits.memory_budget_bytes)),
@@ -234,14 +273,27 @@ impl Sandbox {
         &self.host_limits
     }
 
-    /// The engine every component is compiled for.
+    /// The engine of optimized code, whose tag names cached declarations.
     pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
+        &self.optimized.engine
+    }
+
+    /// The baseline tier, made now if this is its first use.
+    fn baseline(&self) -> Result<&Tier, &str> {
+        self.baseline
+            .get_or_init(|| {
+                engine::build_baseline_engine()
+                    .and_then(Tier::new)
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     /// Compiles `source` in the compile helper under `limits`' compile
-    /// limits (or maps it from the cache) and checks that it targets the
-    /// contributor world. The component carries `limits`.
+    /// limits, with the compiler `tiering` chooses (or maps it from the
+    /// cache), and checks that it targets the contributor world. The
+    /// component carries `limits`.
     pub(crate) fn load(
         self: &Arc<Self>,
         origin: &str,
@@ -249,58 +301,72 @@ impl Sandbox {
         cache: &ArtifactCache,
         compiler: &Arc<Compiler>,
         limits: &Limits,
+        tiering: Tiering,
     ) -> Result<ContributorComponent, LoadError> {
         let fail = |reason: String| LoadError {
             origin: origin.to_string(),
             reason,
         };
         let bounds = Bounds::of(limits);
-        let compile = {
-            let (compiler, origin, tag) = (
-                Arc::clone(compiler),
-                origin.to_string(),
-                engine_tag(&self.engine),
-            );
-            move |bytes: &[u8]| {
-                if !is_component(bytes) {
-                    return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+        let compile_for = |tier: &Tier, urgency| {
+            compiling(compiler, origin, bounds, engine_tag(&tier.engine), urgency)
+        };
+        let optimized = &self.optimized;
+        // Optimized code in the cache is used whatever the tiering.
+        let found = match tiering {
+            Tiering::Optimized => None,
+            Tiering::Background | Tiering::Baseline => match source {
+                Source::File(path) => cache.lookup_file(&optimized.engine, path, true),
+                Source::Bytes(bytes) => cache.lookup_bytes(&optimized.engine, bytes),
+            },
+        };
+        let baseline = match (&found, tiering) {
+            (None, Tiering::Background | Tiering::Baseline) => match self.baseline() {
+                Ok(tier) => Some(tier),
+                Err(why) => {
+                    tracing::warn!("cannot compile with Winch ({why}); compiling with Cranelift");
+                    None
                 }
-                compiler.compile_reported(&origin, bytes, &bounds, &tag)
-            }
+            },
+            _ => None,
         };
-        let crate::cache::Loaded {
-            component,
-            content,
-            held,
-            linked,
-        } = match source {
-            Source::File(path) => cache.load_file(&self.engine, path, &bounds, &compile, true),
-            Source::Bytes(bytes) => cache.load_bytes(&self.engine, bytes, &bounds, &compile),
-        }
-        .map_err(fail)?;
-        let linked = match (component, source) {
-            (Opened::Now(component), _) => {
-                let parts = self.link(&component).map_err(fail)?;
-                cache.mark_linked(linked.as_deref());
-                Opening::ready(parts)
-            }
-            (Opened::Later(artifact), Source::File(path)) => {
-                let (sandbox, cache) = (Arc::clone(self), cache.clone());
-                let (path, content) = (path.to_path_buf(), content.clone());
-                Opening::deferred(Box::new(move || {
-                    let later = Later {
-                        artifact: &artifact,
-                        path: &path,
-                        content: &content,
+        let loaded = match (found, baseline) {
+            (_, Some(tier)) => {
+                let compile = compile_for(tier, Urgency::Now);
+                let loaded = load_from(cache, &tier.engine, source, &bounds, compile, false);
+                let loaded = loaded.map_err(fail)?;
+                let linked = (loaded.component.open(&tier.engine))
+                    .and_then(|component| tier.link(&component, CodeTier::Baseline))
+                    .map_err(fail)?;
+                let tier_up = (tiering == Tiering::Background).then(|| {
+                    let kept = match source {
+                        Source::File(path) => Kept::File(path.to_path_buf()),
+                        Source::Bytes(bytes) => Kept::Bytes(bytes.into()),
                     };
-                    sandbox.open_later(later, &cache, &bounds, compile)
-                }))
+                    let compile = compile_for(optimized, Urgency::Background);
+                    self.tier_up(kept, loaded.content.clone(), cache, bounds, compile)
+                });
+                (
+                    loaded.content,
+                    loaded.held,
+                    Opening::tiered(linked, tier_up),
+                )
             }
-            (Opened::Later(artifact), Source::Bytes(_)) => {
-                let component = crate::cache::deserialize(&self.engine, &artifact);
-                Opening::ready(self.link(&component.map_err(fail)?).map_err(fail)?)
+            (found, None) => {
+                let loaded = match found {
+                    Some(loaded) => loaded,
+                    None => {
+                        let compile = compile_for(optimized, Urgency::Now);
+                        load_from(cache, &optimized.engine, source, &bounds, compile, true)
+                            .map_err(fail)?
+                    }
+                };
+                let compile = compile_for(optimized, Urgency::Now);
+                let opening = self.opening(&loaded, source, cache, bounds, compile);
+                (loaded.content, loaded.held, opening.map_err(fail)?)
             }
         };
+        let (content, held, linked) = loaded;
         Ok(ContributorComponent {
             origin: origin.to_string(),
             content: content.into(),
@@ -314,20 +380,69 @@ impl Sandbox {
         })
     }
 
-    /// What a call needs from `component`: its imports, and a pre-instance
-    /// bound to the contract version they name.
-    fn link(&self, component: &Component) -> Result<Linked, String> {
-        let imports: Arc<[String]> = component
-            .component_type()
-            .imports(&self.engine)
-            .map(|(name, _)| name.to_string())
-            .collect();
-        let instance_pre = (self.linker)
-            .instantiate_pre(component)
-            .map_err(|e| format!("{e:#}"))?;
-        // The contract version is chosen here, once: calls only instantiate.
-        let pre = Pre::new(&imports, instance_pre)?;
-        Ok(Linked { pre, imports })
+    /// The [`Opening`] of optimized code the cache handed over: linked now
+    /// if it was deserialized, else when first needed (see [`Later`]).
+    fn opening(
+        self: &Arc<Self>,
+        loaded: &Loaded,
+        source: Source<'_>,
+        cache: &ArtifactCache,
+        bounds: Bounds,
+        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static,
+    ) -> Result<Opening, String> {
+        match (&loaded.component, source) {
+            (Opened::Later(artifact), Source::File(path)) => {
+                let (sandbox, cache) = (Arc::clone(self), cache.clone());
+                let (artifact, path) = (artifact.clone(), path.to_path_buf());
+                let content = loaded.content.clone();
+                Ok(Opening::deferred(Box::new(move || {
+                    let later = Later {
+                        artifact: &artifact,
+                        path: &path,
+                        content: &content,
+                    };
+                    sandbox.open_later(later, &cache, &bounds, compile)
+                })))
+            }
+            (component, _) => {
+                let linked = (component.open(&self.optimized.engine))
+                    .and_then(|component| self.optimized.link(&component, CodeTier::Optimized))?;
+                cache.mark_linked(loaded.linked.as_deref());
+                Ok(Opening::ready(linked))
+            }
+        }
+    }
+
+    /// Compiles `kept` for the optimized tier (see [`Tiering::Background`])
+    /// and links it, for the [`Opening`] of its baseline code. The file
+    /// must still hold the bytes loaded then, whose SHA-256 is `content`.
+    fn tier_up(
+        self: &Arc<Self>,
+        kept: Kept,
+        content: String,
+        cache: &ArtifactCache,
+        bounds: Bounds,
+        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static,
+    ) -> component::Open {
+        let (sandbox, cache) = (Arc::clone(self), cache.clone());
+        Box::new(move || {
+            let optimized = &sandbox.optimized;
+            let source = match &kept {
+                Kept::File(path) => Source::File(path),
+                Kept::Bytes(bytes) => Source::Bytes(bytes),
+            };
+            let loaded = load_from(&cache, &optimized.engine, source, &bounds, compile, false)?;
+            if loaded.content != content
+                && let Kept::File(path) = &kept
+            {
+                return Err(changed(path, &content, &loaded.content));
+            }
+            let component = loaded.component.open(&optimized.engine)?;
+            let mut linked = optimized.link(&component, CodeTier::Optimized)?;
+            cache.mark_linked(loaded.linked.as_deref());
+            linked._held = Some(loaded.held);
+            Ok(linked)
+        })
     }
 
     /// Opens an artifact the cache vouched for at load. If wasmtime refuses
@@ -340,7 +455,8 @@ impl Sandbox {
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
     ) -> Result<Linked, String> {
-        let component = match crate::cache::deserialize(&self.engine, later.artifact) {
+        let engine = &self.optimized.engine;
+        let component = match crate::cache::deserialize(engine, later.artifact) {
             Ok(component) => component,
             Err(err) => {
                 tracing::warn!(
@@ -348,22 +464,14 @@ impl Sandbox {
                     later.artifact.display(),
                     later.path.display()
                 );
-                let again = cache.load_file(&self.engine, later.path, bounds, compile, false)?;
+                let again = cache.load_file(engine, later.path, bounds, compile, false)?;
                 if again.content != later.content {
-                    return Err(format!(
-                        "{} changed since it was loaded: its SHA-256 was {}, now {}",
-                        crate::input::escape_controls(&later.path.display().to_string()),
-                        later.content,
-                        again.content
-                    ));
+                    return Err(changed(later.path, later.content, &again.content));
                 }
-                match again.component {
-                    Opened::Now(component) => component,
-                    Opened::Later(artifact) => crate::cache::deserialize(&self.engine, &artifact)?,
-                }
+                again.component.open(engine)?
             }
         };
-        self.link(&component)
+        self.optimized.link(&component, CodeTier::Optimized)
     }
 
     /// Runs `declare` in a fresh instance.
@@ -433,7 +541,7 @@ impl Sandbox {
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;
         };
-        let mut fresh = self.fresh_store(component, component.origin(), Phase::Resolve, None);
+        let mut fresh = self.fresh_store(pre, component, component.origin(), Phase::Resolve, None);
         let limits = &component.limits;
         arm(&mut fresh.store, limits);
         let instantiate = pre.instantiate_async(&mut fresh.store);
@@ -491,12 +599,12 @@ impl Sandbox {
                 .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
             let slot = self.slot().await?;
             let mut store = self.new_store(
+                pre.engine(),
                 component,
                 name,
                 Phase::Resolve,
                 Some(call.execution),
-                &stdout,
-                &stderr,
+                (&stdout, &stderr),
             );
             arm(&mut store, limits);
             let wit = call.wit.clone();
@@ -549,7 +657,7 @@ impl Sandbox {
         let limits = &component.limits;
         let pre = pre(component)?;
         let slot = self.slot().await?;
-        let mut fresh = self.fresh_store(component, name, phase, execution);
+        let mut fresh = self.fresh_store(pre, component, name, phase, execution);
         arm(&mut fresh.store, limits);
         let store = &mut fresh.store;
         let run = async {
@@ -581,9 +689,11 @@ impl Sandbox {
         self.finish(component, name, fresh, slot, outcome, Teardown::Retire)
     }
 
-    /// A store for one instance of `component`, and what its guest prints.
+    /// A store for one instance of `component` (on `pre`'s engine), and
+    /// what its guest prints.
     fn fresh_store(
         &self,
+        pre: &Pre,
         component: &ContributorComponent,
         name: &str,
         phase: Phase,
@@ -594,7 +704,14 @@ impl Sandbox {
             GuestOutput::new(limits.max_log_bytes),
             GuestOutput::new(limits.max_log_bytes),
         );
-        let store = self.new_store(component, name, phase, execution, &stdout, &stderr);
+        let store = self.new_store(
+            pre.engine(),
+            component,
+            name,
+            phase,
+            execution,
+            (&stdout, &stderr),
+        );
         FreshStore {
             store,
             stdout,
@@ -602,24 +719,25 @@ impl Sandbox {
         }
     }
 
-    /// A store for one instance of `component`: its WASI context (with the
+    /// A store on `engine` (its code's) for one instance of `component`:
+    /// its WASI context (with the
     /// grants `execution` allows, printing into `stdout` and `stderr`), its
     /// limiter, handle caps, hostcall budget and config.
     fn new_store(
         &self,
+        engine: &Engine,
         component: &ContributorComponent,
         name: &str,
         phase: Phase,
         execution: Option<&ToolExecution>,
-        stdout: &GuestOutput,
-        stderr: &GuestOutput,
+        (stdout, stderr): (&GuestOutput, &GuestOutput),
     ) -> Store<GuestState> {
         let limits = &component.limits;
         let wasi = wasi_context(&component.grants, execution, stdout, stderr);
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.max_handles);
         let mut store = Store::new(
-            &self.engine,
+            engine,
             GuestState {
                 wasi,
                 table,
@@ -708,6 +826,56 @@ impl Sandbox {
     /// Guest memory that finished stores still hold, in bytes.
     pub(crate) fn retired_bytes(&self) -> usize {
         self.retired.lock().unwrap_or_else(|p| p.into_inner()).bytes
+    }
+}
+
+/// A component's bytes, kept for its tier-up.
+enum Kept {
+    /// Its file, read again then.
+    File(std::path::PathBuf),
+    /// Its bytes, held until then.
+    Bytes(Arc<[u8]>),
+}
+
+/// The error for a component file whose bytes changed since its load.
+fn changed(path: &std::path::Path, was: &str, now: &str) -> String {
+    format!(
+        "{} changed since it was loaded: its SHA-256 was {was}, now {now}",
+        crate::input::escape_controls(&path.display().to_string()),
+    )
+}
+
+/// `source` from `cache`, compiled with `compile` on a miss (see
+/// [`ArtifactCache::load_file`] for `defer`).
+fn load_from(
+    cache: &ArtifactCache,
+    engine: &Engine,
+    source: Source<'_>,
+    bounds: &Bounds,
+    compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
+    defer: bool,
+) -> Result<Loaded, String> {
+    match source {
+        Source::File(path) => cache.load_file(engine, path, bounds, compile, defer),
+        Source::Bytes(bytes) => cache.load_bytes(engine, bytes, bounds, compile),
+    }
+}
+
+/// Compiles a component's bytes for the engine tagged `tag`, in
+/// `compiler`'s helper, under `bounds`.
+fn compiling(
+    compiler: &Arc<Compiler>,
+    origin: &str,
+    bounds: Bounds,
+    tag: String,
+    urgency: Urgency,
+) -> impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static {
+    let (compiler, origin) = (Arc::clone(compiler), origin.to_string());
+    move |bytes: &[u8]| {
+        if !is_component(bytes) {
+            return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+        }
+        compiler.compile_reported(&origin, bytes, &bounds, &tag, urgency)
     }
 }
 
