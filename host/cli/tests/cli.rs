@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT, PUPPET};
+use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT, PUPPET, SESSION_URL};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_dsh-env");
 
@@ -2724,4 +2724,80 @@ fn bindgen_and_componentize_name_what_is_wrong() {
 
     let (out, _) = componentize(&f.path("missing.wasm"), "d.wasm");
     assert_config_error(&out, &["cannot read module", "missing.wasm"]);
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name, from the
+/// state (field 3) on, or none once the process is gone.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    Some(rest.split(' ').map(str::to_string).collect())
+}
+
+/// The processes whose parent is `parent`, with their command lines.
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    let entries = std::fs::read_dir("/proc").unwrap().flatten();
+    let pids = entries.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| stat_fields(*pid).is_some_and(|f| f[1] == parent.to_string()))
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (pid, String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// `serve` on a cold cache answers with Winch's code, and compiles
+/// Cranelift's in a helper at the lowest CPU priority; a `serve` killed
+/// meanwhile takes that helper with it, instead of leaving a compiler
+/// running for its whole CPU limit.
+#[test]
+fn serve_tiers_up_in_a_low_priority_helper_that_dies_with_it() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "python.toml",
+        &format!("[[contributor]]\npath = {SESSION_URL:?}\n"),
+    );
+    let args = ["serve", "--manifest", manifest.to_str().unwrap()];
+    let mut serve = f.command(&[&args[..], &["--home", &f.home()]].concat(), &[]);
+    let mut serve = serve
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let helper = loop {
+        let children = children_of(serve.id());
+        if let Some((pid, _)) = children.iter().find(|(_, cmd)| cmd.contains("--nice 19")) {
+            break *pid;
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            let _ = serve.kill();
+            panic!("no tier-up helper; children: {children:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Compiling, not still reading the component (which a dying parent
+    // would cut short): it has used a second of CPU (fields 14 and 15, in
+    // clock ticks of 10 ms).
+    let cpu_ticks = |fields: &[String]| -> u64 {
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    while stat_fields(helper).is_some_and(|f| cpu_ticks(&f) < 100) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Its niceness (field 19), set before it compiles, is the lowest.
+    let niceness = stat_fields(helper).map(|f| f[16].clone());
+    assert_eq!(niceness.as_deref(), Some("19"), "the helper ended early?");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    let killed = std::time::Instant::now();
+    // Gone, or a zombie that its new parent has not reaped yet.
+    while stat_fields(helper).is_some_and(|f| f[0] != "Z") {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the tier-up helper outlived serve"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

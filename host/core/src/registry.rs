@@ -580,7 +580,7 @@ impl Registry {
         &self,
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, RegistryError> {
-        let (cache, engine) = (&self.inner.cache, self.inner.runtime.sandbox.engine());
+        let (cache, engine) = (&self.inner.cache, component.cache_engine());
         let (content, key) = (component.sha256(), component.declaration_key());
         if let Some(raw) = cache.declaration(engine, content, &key) {
             // It was linked and declared before, by this host version.

@@ -44,11 +44,14 @@ use baselines::compile_hook_helper;
 use latency::{ROW_BUDGET, Row, measure, spawn_rows, us};
 use report::{machine, print_report};
 use setups::{ExampleSetups, Setups, execution};
-use startup::{STARTUP_CHILD, startup, startup_child};
+use startup::{FIRST_RUN_CHILD, STARTUP_CHILD, first_run, first_run_child, startup, startup_child};
 
 fn main() {
     if std::env::var_os(STARTUP_CHILD).is_some() {
         return startup_child();
+    }
+    if std::env::var_os(FIRST_RUN_CHILD).is_some() {
+        return first_run_child();
     }
     let args: Vec<String> = std::env::args().collect();
     let as_json = args.iter().any(|a| a == "--json");
@@ -152,6 +155,8 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
     drop(rows);
     let startup = tokio::task::spawn_blocking(startup).await.unwrap();
     ratios.extend(targets::startup(&startup));
+    let first_run = tokio::task::spawn_blocking(first_run).await.unwrap();
+    ratios.extend(targets::first_run(&first_run));
 
     json!({
         "machine": machine(),
@@ -160,6 +165,7 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
         "ratios": ratios,
         "throughput": throughput,
         "startup": startup,
+        "first_run": first_run,
     })
 }
 

@@ -19,6 +19,8 @@ pub const WARM_CALLERS: usize = 64;
 const WARM_COLLECTS_EACH: usize = 4;
 /// Set in the child process that measures start-up.
 pub const STARTUP_CHILD: &str = "DSH_ENV_BENCH_STARTUP_CHILD";
+/// Set in the child process that measures the first run, cold cache.
+pub const FIRST_RUN_CHILD: &str = "DSH_ENV_BENCH_FIRST_RUN_CHILD";
 
 /// A field of `/proc/self/status`, in KiB.
 fn proc_status_kib(field: &str) -> u64 {
@@ -138,4 +140,47 @@ pub fn startup() -> Value {
     median["total_ms_max"] = json!(totals[totals.len() - 1]);
     median["runs"] = json!(runs.len());
     median
+}
+
+/// The child: registers every example from a cold cache in a new home, as
+/// the CLI's short-lived commands do (Winch only), and collects once;
+/// prints the wall time and the peak RSS of this process and of its
+/// largest compile helper.
+pub fn first_run_child() {
+    let runtime = cli_runtime();
+    let home = tempfile::tempdir().unwrap();
+    let start = Instant::now();
+    let registry = dsh_env_tests::registry_at(home.path());
+    registry.set_tiering(dsh_env::Tiering::Baseline);
+    let built: Vec<&Example> = EXAMPLES.iter().filter(|e| e.built()).collect();
+    let manifest = examples_manifest(&built);
+    let registrations = runtime
+        .block_on(registry.register_manifest(&manifest, &dsh_env::HostEnv::from_process()))
+        .unwrap();
+    runtime.block_on(registry.collect(&execution())).unwrap();
+    let elapsed = start.elapsed();
+    // SAFETY: rusage is plain data, filled in by the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let report = json!({
+        "first_run_s": elapsed.as_secs_f64(),
+        "contributors": registrations.len(),
+        "peak_rss_kib": proc_status_kib("VmHWM:").max(usage.ru_maxrss as u64),
+        "host_peak_rss_kib": proc_status_kib("VmHWM:"),
+        "helper_peak_rss_kib": usage.ru_maxrss,
+    });
+    println!("{report}");
+}
+
+/// Runs [`first_run_child`] once: it compiles every example.
+pub fn first_run() -> Value {
+    eprintln!("first run, cold cache: compiling every example");
+    let output = Command::new(std::env::current_exe().unwrap())
+        .env(FIRST_RUN_CHILD, "1")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "first-run child failed");
+    serde_json::from_slice(&output.stdout).unwrap()
 }

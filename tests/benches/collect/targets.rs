@@ -150,6 +150,23 @@ const STARTUP: [(&str, &str, Target, f64); 2] = [
     ),
 ];
 
+/// The bounds on the first-run child's figures: its label, its key in the
+/// child's report, the target, and the unit the key is divided by.
+const FIRST_RUN: [(&str, &str, Target, f64); 2] = [
+    (
+        "first run of the examples, cold cache (s)",
+        "first_run_s",
+        Max(10.0),
+        1.0,
+    ),
+    (
+        "first run's peak RSS, host or compile helper (MiB)",
+        "peak_rss_kib",
+        Max(512.0),
+        1024.0,
+    ),
+];
+
 /// A target on one value, as the report prints it.
 fn absolute(key: &str, label: &str, value: f64, target: Target) -> Value {
     json!({
@@ -198,10 +215,20 @@ pub fn ratios(rows: &[Row]) -> Vec<Value> {
 
 /// The bounds on the start-up child's figures (`startup` is its report).
 pub fn startup(startup: &Value) -> Vec<Value> {
+    bounded(startup, &STARTUP)
+}
+
+/// The bounds on the first-run child's figures (`first_run` is its report).
+pub fn first_run(first_run: &Value) -> Vec<Value> {
+    bounded(first_run, &FIRST_RUN)
+}
+
+/// Each of `bounds` on a figure of `report`.
+fn bounded(report: &Value, bounds: &[(&str, &str, Target, f64)]) -> Vec<Value> {
     let mut targets = Vec::new();
-    for (label, key, target, unit) in STARTUP {
-        if let Some(value) = startup[key].as_f64() {
-            targets.push(absolute(key, label, value / unit, target));
+    for (label, key, target, unit) in bounds {
+        if let Some(value) = report[key].as_f64() {
+            targets.push(absolute(key, label, value / unit, *target));
         }
     }
     targets

@@ -27,6 +27,9 @@ pub struct ContributorComponent {
     pub(super) signer: Signer,
     /// Keeps its cache entry from this process's evictions while it lives.
     pub(super) _held: crate::cache::Held,
+    /// The engine of the code it was loaded with, whose cache entry its
+    /// remembered declaration is filed with (and evicted with).
+    pub(super) engine: wasmtime::Engine,
 }
 
 impl fmt::Debug for ContributorComponent {
@@ -70,6 +73,11 @@ impl ContributorComponent {
                 reason: reason.to_string(),
             }),
         }
+    }
+
+    /// The engine whose cache entry it was loaded from.
+    pub(crate) fn cache_engine(&self) -> &wasmtime::Engine {
+        &self.engine
     }
 
     /// The handle a background thread opens it through.

@@ -273,11 +273,6 @@ impl Sandbox {
         &self.host_limits
     }
 
-    /// The engine of optimized code, whose tag names cached declarations.
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.optimized.engine
-    }
-
     /// The baseline tier, made now if this is its first use.
     fn baseline(&self) -> Result<&Tier, &str> {
         self.baseline
@@ -350,6 +345,7 @@ impl Sandbox {
                     loaded.content,
                     loaded.held,
                     Opening::tiered(linked, tier_up),
+                    &tier.engine,
                 )
             }
             (found, None) => {
@@ -363,10 +359,15 @@ impl Sandbox {
                 };
                 let compile = compile_for(optimized, Urgency::Now);
                 let opening = self.opening(&loaded, source, cache, bounds, compile);
-                (loaded.content, loaded.held, opening.map_err(fail)?)
+                (
+                    loaded.content,
+                    loaded.held,
+                    opening.map_err(fail)?,
+                    &optimized.engine,
+                )
             }
         };
-        let (content, held, linked) = loaded;
+        let (content, held, linked, engine) = loaded;
         Ok(ContributorComponent {
             origin: origin.to_string(),
             content: content.into(),
@@ -377,6 +378,7 @@ impl Sandbox {
             grants: Grants::default(),
             signer: crate::signature::Signer::Unsigned,
             _held: held,
+            engine: engine.clone(),
         })
     }
 
