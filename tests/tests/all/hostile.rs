@@ -618,7 +618,7 @@ fn memory_hog(pages: u32) -> Vec<u8> {
 
 /// The table-grower contributor (one 1-page memory) with `copies` memory
 /// hogs of `pages` pages each appended as core instances of its own.
-fn with_hogs(pages: u32, copies: u32) -> Vec<u8> {
+pub(crate) fn with_hogs(pages: u32, copies: u32) -> Vec<u8> {
     let guest = std::fs::read(artifacts::TABLE_GROWER).unwrap();
     dsh_env_tests::surgery::with_core_modules(&guest, &memory_hog(pages), copies)
 }

@@ -147,3 +147,18 @@ async fn baseline_code_is_bounded_like_optimized_code() {
     };
     assert!(message.starts_with("memory limit of 33554432 bytes exceeded"));
 }
+
+/// Winch's engine allocates on demand, so no pool refuses a component with
+/// many memories when it loads; the limiter refuses its instance instead,
+/// naming the count.
+#[tokio::test]
+async fn baseline_code_with_many_memories_is_refused_when_instantiated() {
+    let home = tempfile::tempdir().unwrap();
+    let registry = tiered(home.path(), Tiering::Baseline);
+    let hogs = crate::hostile::with_hogs(1, 16);
+    let component = registry.load_bytes("sixteen-hogs", &hogs).unwrap();
+    assert_eq!(component.tier(), Some(CodeTier::Baseline));
+    let err = registry.register(component).await.err().unwrap();
+    let message = err.to_string();
+    assert!(message.contains("memory count"), "{message}");
+}
