@@ -54,7 +54,7 @@ pub(crate) struct Registered {
     pub(crate) home_origin: String,
 }
 
-/// `--manifest` and `--home`.
+/// `--manifest`, `--home` and `--optimize`.
 #[derive(Args)]
 pub(crate) struct Setup {
     /// A manifest of contributors to register.
@@ -63,6 +63,10 @@ pub(crate) struct Setup {
     /// The harness home (default: the manifest's `home`, then $DSH_HOME, then ~/.dsh).
     #[arg(long, value_name = "DIR")]
     home: Option<String>,
+    /// Compile a contributor missing from the cache with Cranelift now (slow
+    /// the first time, the fastest calls), not with Winch (seconds).
+    #[arg(long)]
+    optimize: bool,
 }
 
 /// `--execution`.
@@ -156,6 +160,11 @@ impl Setup {
     /// contributors, compiling each cache miss as `tiering` says. A
     /// contributor failure while collecting later is a runtime error (exit 1).
     pub(crate) async fn open(&self, tiering: Tiering) -> CliResult<Registered> {
+        let tiering = if self.optimize {
+            Tiering::Optimized
+        } else {
+            tiering
+        };
         let manifest = self
             .manifest
             .as_deref()

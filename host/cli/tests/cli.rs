@@ -2801,3 +2801,42 @@ fn serve_tiers_up_in_a_low_priority_helper_that_dies_with_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `list` on a cold cache compiles with Winch only; `--optimize` compiles
+/// Cranelift's code, filed beside it; neither compiles again after.
+#[test]
+fn list_compiles_the_baseline_unless_told_to_optimize() {
+    let f = Fixture::new();
+    let manifest = f.path("manifest.toml").display().to_string();
+    let home = f.home();
+    let engines = || -> Vec<String> {
+        let output = f.run(&["cache", "list", "--json", "--home", &home], &[]);
+        let entries = json(&output)["entries"].as_array().unwrap().clone();
+        let mut engines: Vec<String> = (entries.iter())
+            .filter(|e| e["artifact"] == true)
+            .map(|e| e["engine"].as_str().unwrap().to_string())
+            .collect();
+        engines.sort();
+        engines.dedup();
+        engines
+    };
+    let list = |extra: &[&str]| {
+        let args = [
+            &["list", "--manifest", &manifest, "--home", &home][..],
+            extra,
+        ]
+        .concat();
+        let output = f.run(&args, &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+    };
+    list(&[]);
+    let baseline = engines();
+    assert_eq!(baseline.len(), 1, "{baseline:?}");
+    list(&[]);
+    assert_eq!(engines(), baseline);
+    list(&["--optimize"]);
+    let both = engines();
+    assert_eq!(both.len(), 2, "{both:?}");
+    list(&[]);
+    assert_eq!(engines(), both);
+}

@@ -214,6 +214,9 @@ fn rows(setups: &Setups, examples: &ExampleSetups, execution: &Arc<ToolExecution
     for (name, key, setup) in &examples.polyglot {
         rows.push(Row::collect(name, key, setup, execution));
     }
+    for (name, key, setup) in &examples.winch {
+        rows.push(Row::collect(name, key, setup, execution));
+    }
     if let Some(all) = &examples.all {
         let name = format!("all {} examples together", all.registrations.len());
         rows.push(Row::collect(&name, "all_examples", all, execution));

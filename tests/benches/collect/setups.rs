@@ -182,6 +182,24 @@ pub async fn examples<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Se
     }
 }
 
+/// [`examples`], compiled by Winch alone, in a home of their own under
+/// `target/tmp` that never holds Cranelift's code (the first run compiles).
+pub async fn winch_examples<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Setup {
+    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-winch-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let registry = dsh_env_tests::registry_at(&home);
+    registry.set_tiering(dsh_env::Tiering::Baseline);
+    let mut registrations = Vec::new();
+    for example in examples {
+        let registration = example.register(&registry).await;
+        registrations.push(registration);
+    }
+    Setup {
+        registry,
+        registrations,
+    }
+}
+
 /// The registries of the rows that every run has.
 pub struct Setups {
     pub builtins: Setup,
@@ -288,6 +306,9 @@ async fn puppet_echo() -> Setup {
 pub struct ExampleSetups {
     /// (row name, row key, registry) of each built polyglot example.
     pub polyglot: Vec<(&'static str, &'static str, Setup)>,
+    /// The same, running Winch's code (`<key>_winch`): what a long-lived
+    /// host runs until its background compile ends.
+    pub winch: Vec<(String, String, Setup)>,
     /// The polyglot examples not built (their tools are missing).
     pub skipped: Vec<&'static str>,
     /// Every built example in one registry.
@@ -298,6 +319,7 @@ impl ExampleSetups {
     /// The setups of the rows whose key is `wanted`; each adds its keys.
     pub async fn new(execution: &ToolExecution, wanted: impl Fn(&str) -> bool) -> ExampleSetups {
         let mut polyglot = Vec::new();
+        let mut winch = Vec::new();
         let mut skipped = Vec::new();
         for example in EXAMPLES.iter().filter(|e| e.is_polyglot()) {
             if !example.built() {
@@ -308,6 +330,12 @@ impl ExampleSetups {
                 let overlay = setup.collect(execution).await;
                 assert!(overlay.len() > 3, "{} adds a key", example.name);
                 polyglot.push((example.name, example.key, setup));
+            }
+            let winch_key = format!("{}_winch", example.key);
+            if example.built() && wanted(&winch_key) {
+                let setup = winch_examples([example]).await;
+                assert!(setup.collect(execution).await.len() > 3);
+                winch.push((format!("{}, Winch", example.name), winch_key, setup));
             }
         }
         let all = if wanted("all_examples") {
@@ -320,6 +348,7 @@ impl ExampleSetups {
         };
         ExampleSetups {
             polyglot,
+            winch,
             skipped,
             all,
         }

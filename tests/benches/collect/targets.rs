@@ -36,7 +36,19 @@ impl Target {
 /// The ratios of two rows' latencies: a label, the numerator and the
 /// denominator rows (the JSON key is `<numerator>_over_<denominator>`), and
 /// the target, if any.
-const RATIOS: [(&str, &str, &str, Option<Target>); 10] = [
+const RATIOS: [(&str, &str, &str, Option<Target>); 12] = [
+    (
+        "Python session-url, Winch's code / Cranelift's",
+        "python_session_url_winch",
+        "python_session_url",
+        None,
+    ),
+    (
+        "JS call-context, Winch's code / Cranelift's",
+        "js_call_context_winch",
+        "js_call_context",
+        None,
+    ),
     (
         "bash tool call, 8 WASM / built-ins only (end to end)",
         "tool_wasm_8",
