@@ -233,16 +233,7 @@ impl ArtifactCache {
         if !self.usable() {
             return None;
         }
-        let content = sha256_hex(bytes);
-        let entry = self.entry(&content, &engine_tag(engine));
-        let held = self.hold(&entry);
-        let component = self.open(engine, &entry, false)?;
-        Some(Loaded {
-            component,
-            content,
-            held,
-            linked: Some(entry.linked),
-        })
+        self.sound(engine, sha256_hex(bytes), &engine_tag(engine), false)
     }
 
     /// The file's identity now (when the cache is usable), and the alias
@@ -260,6 +251,12 @@ impl ArtifactCache {
     /// The component of the sound entry `alias` names, if any.
     fn aliased(&self, engine: &Engine, alias: &Path, tag: &str, defer: bool) -> Option<Loaded> {
         let content = fs::read_to_string(alias).ok().filter(|c| is_digest(c))?;
+        self.sound(engine, content, tag, defer)
+    }
+
+    /// The component of the entry for `content` and `tag`, if it is sound
+    /// (see [`Self::open`] for `defer`).
+    fn sound(&self, engine: &Engine, content: String, tag: &str, defer: bool) -> Option<Loaded> {
         let entry = self.entry(&content, tag);
         let held = self.hold(&entry);
         let component = self.open(engine, &entry, defer)?;

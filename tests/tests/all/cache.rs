@@ -7,7 +7,7 @@ use dsh_env::Registry;
 use dsh_env_tests::{agent_call, artifacts, puppet};
 
 /// The cache's precompiled artifacts (not its seals and aliases).
-fn entries(registry: &Registry) -> Vec<PathBuf> {
+pub(crate) fn entries(registry: &Registry) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
         .map(|dir| dir.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default();

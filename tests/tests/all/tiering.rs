@@ -3,7 +3,7 @@
 //! same bounds on either kind of code.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dsh_env::{
@@ -11,18 +11,10 @@ use dsh_env::{
 };
 use dsh_env_tests::{agent_call, artifacts, registry_at};
 
+use crate::cache::entries;
+
 /// How long a tier-up of a small Rust guest may take on a loaded machine.
 const TIER_UP_BOUND: Duration = Duration::from_secs(300);
-
-/// The artifacts in `registry`'s cache.
-fn artifacts_in(registry: &Registry) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(registry.cache().dir())
-        .map(|dir| dir.map(|e| e.unwrap().path()).collect())
-        .unwrap_or_default();
-    paths.retain(|p| p.extension().is_some_and(|e| e == "cwasm"));
-    paths.sort();
-    paths
-}
 
 /// A registry with a cold cache in `home`, compiling as `tiering` says.
 fn tiered(home: &Path, tiering: Tiering) -> Registry {
@@ -56,7 +48,7 @@ async fn a_long_lived_host_runs_baseline_code_until_the_optimized_code_is_ready(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(depth(&registry).await.as_deref(), Some("0"));
-    assert_eq!(artifacts_in(&registry).len(), 2, "one artifact per tier");
+    assert_eq!(entries(&registry).len(), 2, "one artifact per tier");
 
     // The next process finds the optimized code, whatever its tiering.
     for tiering in [Tiering::Baseline, Tiering::Background] {
@@ -78,13 +70,13 @@ async fn a_short_lived_process_compiles_only_the_baseline() {
     // Longer than the optimized compile of this guest takes here.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(component.tier(), Some(CodeTier::Baseline));
-    assert_eq!(artifacts_in(&registry).len(), 1);
+    assert_eq!(entries(&registry).len(), 1);
 
     // The default compiles the optimized code at load, as before tiers.
     let optimized = registry_at(home.path());
     let component = (optimized.load_file(artifacts::AGENT_LINEAGE.as_ref())).unwrap();
     assert_eq!(component.tier(), Some(CodeTier::Optimized));
-    assert_eq!(artifacts_in(&registry).len(), 2);
+    assert_eq!(entries(&registry).len(), 2);
 }
 
 /// The puppet guest as `registry` loads it, playing `resolve` under `limits`.
