@@ -325,14 +325,14 @@ impl Compiler {
         let artifact_cap = bounds.memory_bytes;
         let timeout = Duration::from_millis(bounds.timeout_ms);
         let (ended, artifact, diagnostic) = std::thread::scope(|scope| {
-            scope.spawn(move || {
+            pipe_thread(scope, move || {
                 // A helper that died early closes the pipe: nothing to do.
                 if let Some(mut stdin) = stdin {
                     let _ = stdin.write_all(bytes);
                 }
             });
-            let artifact = scope.spawn(move || read_capped(stdout, artifact_cap));
-            let diagnostic = scope.spawn(move || read_capped(stderr, MAX_DIAGNOSTIC_BYTES));
+            let artifact = pipe_thread(scope, move || read_capped(stdout, artifact_cap));
+            let diagnostic = pipe_thread(scope, move || read_capped(stderr, MAX_DIAGNOSTIC_BYTES));
             let ended = wait_with_timeout(pid, timeout);
             let join = |reader: std::thread::ScopedJoinHandle<'_, Captured>| {
                 reader.join().unwrap_or(Captured::Overflow)
@@ -376,6 +376,20 @@ impl Compiler {
             ))),
         }
     }
+}
+
+/// Runs `pipe` on a thread of `scope` named for it: unnamed, it would carry
+/// the name of the thread compiling (an opening thread's, say) and count
+/// as one of those.
+fn pipe_thread<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    pipe: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    std::thread::Builder::new()
+        .name("dsh-env-pipe".into())
+        .spawn_scoped(scope, pipe)
+        // As `Scope::spawn` does: the process is out of threads.
+        .expect("a thread for the compile helper's pipe")
 }
 
 /// `path` if it is an executable file, else why not, naming where it came from.
