@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use sha2::{Digest, Sha256};
@@ -315,14 +314,24 @@ impl Opening {
     /// threads run at once in a process, however fast registrations come;
     /// past that, each first call opens its component.
     pub(crate) fn in_background(openings: Vec<Arc<Opening>>) {
-        static RUNNING: AtomicUsize = AtomicUsize::new(0);
+        // The threads started, joined once finished: a thread that has
+        // returned may still exist for a moment, and joining it waits for
+        // that, so the bound holds for the threads that exist.
+        static RUNNING: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
         Self::tier_up_in_background(&openings);
         let pending: Vec<_> = openings.into_iter().filter(|o| !o.is_settled()).collect();
         if pending.is_empty() {
             return;
         }
-        if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_OPENING_THREADS {
-            RUNNING.fetch_sub(1, Ordering::AcqRel);
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        let (finished, alive) = std::mem::take(&mut *running)
+            .into_iter()
+            .partition::<Vec<_>, _>(|thread| thread.is_finished());
+        *running = alive;
+        for thread in finished {
+            let _ = thread.join();
+        }
+        if running.len() >= MAX_OPENING_THREADS {
             return;
         }
         let spawned = std::thread::Builder::new()
@@ -331,12 +340,11 @@ impl Opening {
                 for opening in pending {
                     let _ = opening.get();
                 }
-                RUNNING.fetch_sub(1, Ordering::AcqRel);
             });
-        if let Err(err) = spawned {
-            RUNNING.fetch_sub(1, Ordering::AcqRel);
+        match spawned {
+            Ok(thread) => running.push(thread),
             // The first call that needs each one opens it instead.
-            tracing::warn!("cannot start a thread to open artifacts: {err}");
+            Err(err) => tracing::warn!("cannot start a thread to open artifacts: {err}"),
         }
     }
 }
