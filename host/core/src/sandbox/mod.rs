@@ -339,7 +339,12 @@ impl Sandbox {
                         Source::Bytes(bytes) => Kept::Bytes(bytes.into()),
                     };
                     let compile = compile_for(optimized, Urgency::Background);
-                    self.tier_up(kept, loaded.content.clone(), cache, bounds, compile)
+                    let tier_up =
+                        self.tier_up(kept, loaded.content.clone(), cache, bounds, compile);
+                    // Its warning names the component, as a load error does.
+                    let origin = crate::input::escape_controls(origin).into_owned();
+                    Box::new(move || tier_up().map_err(|e| format!("{origin}: {e}")))
+                        as component::Open
                 });
                 (
                     loaded.content,
