@@ -183,6 +183,14 @@ fn print_startup(s: &Value) {
         kib("rss_after_burst_kib"),
         kib("pss_after_burst_kib")
     );
+    // File-backed pages are the components' code and memory images, mapped
+    // from the cache: what the guests' first instances touched, shared with
+    // the page cache (BENCHMARKS.md, session 11).
+    println!(
+        "  after the burst: {:.1} MiB anonymous, {:.1} MiB file-backed",
+        kib("rss_after_burst_anon_kib"),
+        kib("rss_after_burst_file_kib")
+    );
     println!(
         "VmSize: {:.1} GiB reserved by Registry::new (engine pool)",
         (kib("vm_size_registry_kib") - kib("vm_size_before_kib")) / 1024.0

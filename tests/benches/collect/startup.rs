@@ -101,6 +101,8 @@ pub fn startup_child() {
         "rss_after_first_collect_kib": rss_first,
         "rss_after_burst_kib": proc_status_kib("VmRSS:"),
         "pss_after_burst_kib": pss_kib(),
+        "rss_after_burst_anon_kib": proc_status_kib("RssAnon:"),
+        "rss_after_burst_file_kib": proc_status_kib("RssFile:"),
         "burst_collects": WARM_CALLERS * WARM_COLLECTS_EACH,
         "vm_size_before_kib": vm_before,
         "vm_size_registry_kib": vm_empty,
