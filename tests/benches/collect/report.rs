@@ -184,8 +184,8 @@ fn print_startup(s: &Value) {
         kib("pss_after_burst_kib")
     );
     // File-backed pages are the components' code and memory images, mapped
-    // from the cache: what the guests' first instances touched, shared with
-    // the page cache (BENCHMARKS.md, session 11).
+    // from the cache and shared with the page cache; how many count follows
+    // the size of its folios (BENCHMARKS.md, session 11).
     println!(
         "  after the burst: {:.1} MiB anonymous, {:.1} MiB file-backed",
         kib("rss_after_burst_anon_kib"),
