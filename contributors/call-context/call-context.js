@@ -9,6 +9,9 @@
 // with camelCase fields, enums as their case names, tuples as arrays; returning
 // a list from `resolve` means `ok`, and throwing means `err`.
 
+// Builds, at build time, what every call would otherwise build first.
+import './warm-bindings.js';
+
 export function declare() {
   return {
     name: 'call-context',

@@ -133,7 +133,13 @@ fn session_url(workspace: &Path, out: &Path) -> PathBuf {
 fn call_context(workspace: &Path, out: &Path) -> PathBuf {
     let dir = workspace.join("contributors/call-context");
     let lock = dir.join("package-lock.json");
-    let sources = ["call-context.js", "build.mjs", "package.json"].map(|f| dir.join(f));
+    let sources = [
+        "call-context.js",
+        "warm-bindings.js",
+        "build.mjs",
+        "package.json",
+    ]
+    .map(|f| dir.join(f));
     let inputs = [
         sources.to_vec(),
         vec![lock.clone()],

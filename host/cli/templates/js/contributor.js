@@ -7,6 +7,9 @@
 // `ok`; throwing a string (`throw 'why'`) fails the call with it, while
 // throwing an Error object is a trap.
 
+// Builds, at build time, what every call would otherwise build first.
+import './warm-bindings.js';
+
 const KEY = '{{key}}';
 
 export function declare() {

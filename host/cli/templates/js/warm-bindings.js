@@ -1,0 +1,1 @@
+../../../../contributors/call-context/warm-bindings.js
