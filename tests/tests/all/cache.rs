@@ -88,6 +88,65 @@ async fn each_component_is_compiled_once_and_a_corrupt_entry_is_replaced() {
     assert_eq!(std::fs::read(&first[0]).unwrap(), artifact);
 }
 
+/// How many of the file at `path`'s pages the page cache holds, of how many.
+fn cached_pages(path: &std::path::Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    // SAFETY: `sysconf` reads nothing of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: a private read-only mapping of `file`, of its length, that is
+    // never read: `mincore` fills `resident` (one byte per page) and the
+    // mapping is unmapped before returning.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            fd,
+            0,
+        );
+        assert_ne!(map, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(map, len, resident.as_mut_ptr()), 0);
+        libc::munmap(map, len);
+    }
+    let cached = resident.iter().filter(|&&b| b & 1 != 0).count();
+    (cached, resident.len())
+}
+
+/// Written, an artifact's pages sit in the page cache in large folios, and
+/// a fault maps a large folio whole: a host that runs a little of a big
+/// component's code would hold most of it resident. So the cache drops a
+/// file it has just written; a host maps it back page by page.
+#[tokio::test]
+async fn an_artifact_just_written_is_not_left_in_the_page_cache() {
+    let home = tempfile::tempdir().unwrap();
+    // SAFETY: `statfs` writes only the struct it is given.
+    let tmpfs = unsafe {
+        let mut stat: libc::statfs = std::mem::zeroed();
+        let dir = std::ffi::CString::new(home.path().as_os_str().as_encoded_bytes()).unwrap();
+        libc::statfs(dir.as_ptr(), &mut stat) == 0 && stat.f_type == libc::TMPFS_MAGIC
+    };
+    if tmpfs {
+        eprintln!("skipped: a tmpfs file is its page cache");
+        return;
+    }
+    let registry = dsh_env_tests::registry_at(home.path());
+    let _component = registry
+        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .unwrap();
+    let written = entries(&registry);
+    assert_eq!(written.len(), 1, "{written:?}");
+    let (cached, pages) = cached_pages(&written[0]);
+    assert!(
+        cached * 10 < pages,
+        "{cached} of the artifact's {pages} pages are still in the page cache"
+    );
+}
+
 #[tokio::test]
 async fn a_changed_file_gets_its_own_entry() {
     let home = tempfile::tempdir().unwrap();
