@@ -116,7 +116,7 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
             (Engine::new(&base_config())?, Allocator::OnDemand { reason })
         }
     };
-    start_epoch_ticker(&engine);
+    crate::epoch::start_ticking(&engine);
     Ok((engine, allocator))
 }
 
@@ -143,11 +143,11 @@ pub(crate) fn baseline_config() -> Config {
 
 /// Builds the baseline tier's engine: Winch, allocating on demand (a second
 /// pool would reserve its address space again, for instances that live only
-/// until their component's optimized code is ready), with its own epoch
-/// ticker, since each engine counts its own epochs.
+/// until their component's optimized code is ready), whose epoch the same
+/// ticker advances, since each engine counts its own epochs.
 pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
     let engine = Engine::new(&baseline_config())?;
-    start_epoch_ticker(&engine);
+    crate::epoch::start_ticking(&engine);
     Ok(engine)
 }
 
@@ -156,24 +156,6 @@ pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
 /// next instance in its pool slot then takes no page faults for them.
 pub fn resets_in_place() -> bool {
     PoolingAllocationConfig::is_pagemap_scan_available()
-}
-
-/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
-fn start_epoch_ticker(engine: &Engine) {
-    let weak = engine.weak();
-    let spawned = std::thread::Builder::new()
-        .name("dsh-env-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        });
-    if let Err(err) = spawned {
-        // Without a ticker, the host-side timeout still bounds every call.
-        tracing::warn!("cannot start the epoch ticker: {err}");
-    }
 }
 
 /// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.

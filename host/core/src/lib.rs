@@ -19,6 +19,7 @@ pub mod culprit;
 pub mod declaration;
 pub mod engine;
 pub mod environment;
+mod epoch;
 pub mod execution;
 mod guest_output;
 pub mod home;

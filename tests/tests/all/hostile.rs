@@ -135,6 +135,82 @@ async fn a_busy_guest_does_not_hold_the_thread() {
     assert!(ticks >= 5, "the other task ran {ticks} times");
 }
 
+/// Set in the process the next test re-runs itself in.
+const IDLE_TICKER_CHILD: &str = "DSH_ENV_TEST_IDLE_TICKER_CHILD";
+
+/// The epoch ticker sleeps once no guest has run for a while, so an idle
+/// host is not woken 200 times a second; and a guest that spins after that
+/// still ends at its deadline, because running it wakes the ticker. The
+/// ticker is the process's and the suite's other tests keep it busy, so
+/// this runs in a process of its own: this binary, re-run on this test.
+#[test]
+fn an_idle_host_is_not_woken_and_a_guest_after_idle_still_ends() {
+    if std::env::var_os(IDLE_TICKER_CHILD).is_none() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "hostile::an_idle_host_is_not_woken_and_a_guest_after_idle_still_ends",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(IDLE_TICKER_CHILD, "1")
+            .output()
+            .unwrap();
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "{report}");
+        assert!(report.contains("1 passed"), "{report}");
+        return;
+    }
+    // A ticker that never woke would leave the looping guest spinning.
+    std::thread::spawn(|| {
+        std::thread::sleep(BOUND * 4);
+        eprintln!("the looping guest did not end: the epoch did not advance");
+        std::process::exit(3);
+    });
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let registry = registry();
+        assert_healthy(&registry).await;
+        // Parked after IDLE_TICKS (20) ticks of 5 ms without a guest.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let before = ticker_switches();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let woken = ticker_switches() - before;
+        assert!(woken <= 1, "the idle ticker woke {woken} times in 500 ms");
+        assert_eq!(
+            guest_failure("loop", quick()).await,
+            GuestFailure::Deadline(Duration::from_millis(300))
+        );
+    });
+}
+
+/// Context switches so far of this process's one `dsh-env-epoch` thread.
+fn ticker_switches() -> u64 {
+    let tickers: Vec<_> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|task| task.unwrap().path())
+        .filter(|task| {
+            std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "dsh-env-epoch")
+        })
+        .collect();
+    assert_eq!(tickers.len(), 1, "one ticker per process: {tickers:?}");
+    let status = std::fs::read_to_string(tickers[0].join("status")).unwrap();
+    (status.lines())
+        .filter(|line| line.contains("ctxt_switches:"))
+        .map(|line| {
+            line.split_whitespace()
+                .last()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
 /// The WAT guest `table-grower` grows a table to 30,000 elements: past the
 /// default limit and the pool's table slot, or a lower limit of its own.
 /// Either way the limit is named, not an unnamed failure in the pool.

@@ -226,12 +226,14 @@ pub(super) fn host_deadline(limits: &Limits) -> std::time::Duration {
 /// finish: registering a timer with a runtime whose driver sleeps without
 /// one wakes a runtime thread, and on 2 cores that wake cost the caller more
 /// than a prepared guest's whole call (see BENCHMARKS.md). The deadline
-/// still counts from the start.
+/// still counts from the start. The epoch advances for as long as it runs
+/// (`epoch::guest_running`), since `future` runs guest code.
 pub(super) async fn within_host_deadline<F: Future>(
     limits: &Limits,
     future: F,
 ) -> Result<F::Output, tokio::time::error::Elapsed> {
     let deadline = tokio::time::Instant::now() + host_deadline(limits);
+    let _running = crate::epoch::guest_running();
     let mut future = std::pin::pin!(future);
     let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
     match first {

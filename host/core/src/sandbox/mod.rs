@@ -616,6 +616,9 @@ impl Sandbox {
             arm(&mut store, limits);
             let wit = call.wit.clone();
             let task = runtime.spawn(async move {
+                // In the task: an abandoned task's guest runs until its next
+                // tick, and needs the tick to stop.
+                let _running = crate::epoch::guest_running();
                 let outcome = async {
                     let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
                     (guest.resolve(&mut store, &wit).await).map_err(|e| (e, false))

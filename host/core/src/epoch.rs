@@ -1,0 +1,123 @@
+//! The process's epoch ticker: one thread advances every engine's epoch
+//! each [`EPOCH_TICK`] while a guest may run, and sleeps without a timer
+//! once none has run for [`IDLE_TICKS`] ticks. An idle embedder (a harness
+//! between tool calls) is then never woken by it, where a free-running
+//! ticker woke it 200 times a second.
+//!
+//! Every future that runs guest code holds a [`GuestRunning`] for as long as
+//! it lives, so the ticker runs whenever a guest can spin: a busy guest
+//! yields at every tick and traps when its deadline's ticks are spent
+//! (`sandbox::guest::arm`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, OnceLock};
+
+use wasmtime::{Engine, EngineWeak};
+
+use crate::engine::EPOCH_TICK;
+
+/// Ticks with no guest running after which the ticker parks: long enough
+/// that back-to-back calls never wait for it to wake.
+pub const IDLE_TICKS: u32 = 20;
+
+/// The ticker's state, shared by its thread and every guest future.
+struct Ticker {
+    /// The engines whose epochs advance; dropped engines are pruned.
+    engines: Mutex<Vec<EngineWeak>>,
+    /// Guest futures alive now.
+    running: AtomicUsize,
+    /// Set (under `park`) while the thread waits for a guest.
+    parked: AtomicBool,
+    park: Mutex<()>,
+    wake: Condvar,
+    thread: OnceLock<()>,
+}
+
+static TICKER: LazyLock<Ticker> = LazyLock::new(|| Ticker {
+    engines: Mutex::new(Vec::new()),
+    running: AtomicUsize::new(0),
+    parked: AtomicBool::new(false),
+    park: Mutex::new(()),
+    wake: Condvar::new(),
+    thread: OnceLock::new(),
+});
+
+/// A lock that a panic elsewhere cannot make unusable: the data under these
+/// locks is valid at every point a holder could panic.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Advances `engine`'s epoch from now on, until the engine is dropped;
+/// starts the ticker's thread the first time.
+pub(crate) fn start_ticking(engine: &Engine) {
+    lock(&TICKER.engines).push(engine.weak());
+    TICKER.thread.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("dsh-env-epoch".into())
+            .spawn(|| TICKER.run());
+        if let Err(err) = spawned {
+            // Without a ticker, the host-side timeout still bounds every call.
+            tracing::warn!("cannot start the epoch ticker: {err}");
+        }
+    });
+}
+
+/// Held by a future that runs guest code: while any is alive, the epoch
+/// advances.
+#[must_use = "the epoch advances only while this is held"]
+pub(crate) struct GuestRunning(());
+
+/// Marks a guest as running, waking the ticker if it has parked.
+pub(crate) fn guest_running() -> GuestRunning {
+    TICKER.running.fetch_add(1, SeqCst);
+    // Dekker with `park`: the ticker sets `parked` before it reads
+    // `running`, and this reads `parked` after raising `running`, so one of
+    // the two sees the other. Taking the lock waits until the ticker waits.
+    if TICKER.parked.load(SeqCst) {
+        let _parked = lock(&TICKER.park);
+        TICKER.wake.notify_one();
+    }
+    GuestRunning(())
+}
+
+impl Drop for GuestRunning {
+    fn drop(&mut self) {
+        TICKER.running.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Ticker {
+    fn run(&self) {
+        let mut idle = 0;
+        loop {
+            std::thread::sleep(EPOCH_TICK);
+            lock(&self.engines).retain(|weak| {
+                weak.upgrade()
+                    .map(|engine| engine.increment_epoch())
+                    .is_some()
+            });
+            if self.running.load(SeqCst) > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle >= IDLE_TICKS {
+                self.park();
+                idle = 0;
+            }
+        }
+    }
+
+    /// Waits, without a timer, until a guest runs.
+    fn park(&self) {
+        let mut guard = lock(&self.park);
+        self.parked.store(true, SeqCst);
+        while self.running.load(SeqCst) == 0 {
+            guard = self.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+        }
+        self.parked.store(false, SeqCst);
+    }
+}
