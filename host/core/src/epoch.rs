@@ -28,8 +28,11 @@ struct Ticker {
     running: AtomicUsize,
     /// Set (under `park`) while the thread waits for a guest.
     parked: AtomicBool,
+    /// Held while parking and while waking, so no wake-up is lost.
     park: Mutex<()>,
+    /// Where the parked thread waits.
     wake: Condvar,
+    /// Set once the thread is spawned.
     thread: OnceLock<()>,
 }
 

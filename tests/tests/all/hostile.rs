@@ -175,12 +175,21 @@ fn an_idle_host_is_not_woken_and_a_guest_after_idle_still_ends() {
     runtime.block_on(async {
         let registry = registry();
         assert_healthy(&registry).await;
-        // Parked after IDLE_TICKS (20) ticks of 5 ms without a guest.
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let before = ticker_switches();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let woken = ticker_switches() - before;
-        assert!(woken <= 1, "the idle ticker woke {woken} times in 500 ms");
+        // It parks after 20 ticks of 5 ms without a guest; a loaded machine
+        // may stretch those, so each window of 500 ms is a new chance.
+        let mut woken = Vec::new();
+        for _ in 0..6 {
+            let before = ticker_switches();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            woken.push(ticker_switches() - before);
+            if woken.last() <= Some(&1) {
+                break;
+            }
+        }
+        assert!(
+            woken.last() <= Some(&1),
+            "the idle ticker kept waking: {woken:?} times in each 500 ms"
+        );
         assert_eq!(
             guest_failure("loop", quick()).await,
             GuestFailure::Deadline(Duration::from_millis(300))
