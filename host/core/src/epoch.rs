@@ -10,7 +10,7 @@
 //! (`sandbox::guest::arm`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
 
 use wasmtime::{Engine, EngineWeak};
 
@@ -45,18 +45,15 @@ static TICKER: LazyLock<Ticker> = LazyLock::new(|| Ticker {
     thread: OnceLock::new(),
 });
 
-/// A lock that a panic elsewhere cannot make unusable: the data under these
-/// locks is valid at every point a holder could panic.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Advances `engine`'s epoch from now on, until the engine is dropped;
 /// starts the ticker's thread the first time.
 pub(crate) fn start_ticking(engine: &Engine) {
-    lock(&TICKER.engines).push(engine.weak());
+    let mut engines = TICKER.engines.lock().unwrap_or_else(|p| p.into_inner());
+    // Pruned here too, so a host that makes engines while idle keeps no more
+    // than are alive.
+    engines.retain(|weak| weak.upgrade().is_some());
+    engines.push(engine.weak());
+    drop(engines);
     TICKER.thread.get_or_init(|| {
         let spawned = std::thread::Builder::new()
             .name("dsh-env-epoch".into())
@@ -80,7 +77,7 @@ pub(crate) fn guest_running() -> GuestRunning {
     // `running`, and this reads `parked` after raising `running`, so one of
     // the two sees the other. Taking the lock waits until the ticker waits.
     if TICKER.parked.load(SeqCst) {
-        let _parked = lock(&TICKER.park);
+        let _parked = TICKER.park.lock().unwrap_or_else(|p| p.into_inner());
         TICKER.wake.notify_one();
     }
     GuestRunning(())
@@ -97,7 +94,7 @@ impl Ticker {
         let mut idle = 0;
         loop {
             std::thread::sleep(EPOCH_TICK);
-            lock(&self.engines).retain(|weak| {
+            (self.engines.lock().unwrap_or_else(|p| p.into_inner())).retain(|weak| {
                 weak.upgrade()
                     .map(|engine| engine.increment_epoch())
                     .is_some()
@@ -116,7 +113,7 @@ impl Ticker {
 
     /// Waits, without a timer, until a guest runs.
     fn park(&self) {
-        let mut guard = lock(&self.park);
+        let mut guard = self.park.lock().unwrap_or_else(|p| p.into_inner());
         self.parked.store(true, SeqCst);
         while self.running.load(SeqCst) == 0 {
             guard = self.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
