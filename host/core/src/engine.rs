@@ -116,7 +116,7 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
             (Engine::new(&base_config())?, Allocator::OnDemand { reason })
         }
     };
-    crate::epoch::start_ticking(&engine);
+    start_ticking(&engine)?;
     Ok((engine, allocator))
 }
 
@@ -147,7 +147,7 @@ pub(crate) fn baseline_config() -> Config {
 /// ticker advances, since each engine counts its own epochs.
 pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
     let engine = Engine::new(&baseline_config())?;
-    crate::epoch::start_ticking(&engine);
+    start_ticking(&engine)?;
     Ok(engine)
 }
 
@@ -156,6 +156,16 @@ pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
 /// next instance in its pool slot then takes no page faults for them.
 pub fn resets_in_place() -> bool {
     PoolingAllocationConfig::is_pagemap_scan_available()
+}
+
+/// [`crate::epoch::start_ticking`], failing the engine's construction when
+/// the ticker cannot start: nothing would stop a guest that spins.
+fn start_ticking(engine: &Engine) -> Result<(), wasmtime::Error> {
+    crate::epoch::start_ticking(engine).map_err(|err| {
+        wasmtime::format_err!(
+            "cannot start the epoch ticker, which bounds every guest's time: {err}"
+        )
+    })
 }
 
 /// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.

@@ -10,7 +10,7 @@
 //! (`sandbox::guest::arm`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Condvar, LazyLock, Mutex, OnceLock};
+use std::sync::{Condvar, LazyLock, Mutex};
 
 use wasmtime::{Engine, EngineWeak};
 
@@ -32,8 +32,8 @@ struct Ticker {
     park: Mutex<()>,
     /// Where the parked thread waits.
     wake: Condvar,
-    /// Set once the thread is spawned.
-    thread: OnceLock<()>,
+    /// Whether the thread is running.
+    started: Mutex<bool>,
 }
 
 static TICKER: LazyLock<Ticker> = LazyLock::new(|| Ticker {
@@ -42,27 +42,26 @@ static TICKER: LazyLock<Ticker> = LazyLock::new(|| Ticker {
     parked: AtomicBool::new(false),
     park: Mutex::new(()),
     wake: Condvar::new(),
-    thread: OnceLock::new(),
+    started: Mutex::new(false),
 });
 
 /// Advances `engine`'s epoch from now on, until the engine is dropped;
-/// starts the ticker's thread the first time.
-pub(crate) fn start_ticking(engine: &Engine) {
+/// starts the ticker's thread the first time. Without that thread a guest
+/// that spins would never yield nor trap, so an engine must not be used
+/// when it cannot start.
+pub(crate) fn start_ticking(engine: &Engine) -> std::io::Result<()> {
+    let mut started = TICKER.started.lock().unwrap_or_else(|p| p.into_inner());
+    if !*started {
+        (std::thread::Builder::new().name("dsh-env-epoch".into())).spawn(|| TICKER.run())?;
+        *started = true;
+    }
+    drop(started);
     let mut engines = TICKER.engines.lock().unwrap_or_else(|p| p.into_inner());
     // Pruned here too, so a host that makes engines while idle keeps no more
     // than are alive.
     engines.retain(|weak| weak.upgrade().is_some());
     engines.push(engine.weak());
-    drop(engines);
-    TICKER.thread.get_or_init(|| {
-        let spawned = std::thread::Builder::new()
-            .name("dsh-env-epoch".into())
-            .spawn(|| TICKER.run());
-        if let Err(err) = spawned {
-            // Without a ticker, the host-side timeout still bounds every call.
-            tracing::warn!("cannot start the epoch ticker: {err}");
-        }
-    });
+    Ok(())
 }
 
 /// Held by a future that runs guest code: while any is alive, the epoch
