@@ -198,16 +198,31 @@ fn an_idle_host_is_not_woken_and_a_guest_after_idle_still_ends() {
 }
 
 /// Context switches so far of this process's one `dsh-env-epoch` thread.
+/// A thread takes its name once it first runs, so on a loaded machine it
+/// may be listed under its creator's name for a moment: this waits for it.
 fn ticker_switches() -> u64 {
-    let tickers: Vec<_> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .map(|task| task.unwrap().path())
-        .filter(|task| {
-            std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "dsh-env-epoch")
-        })
-        .collect();
-    assert_eq!(tickers.len(), 1, "one ticker per process: {tickers:?}");
-    let status = std::fs::read_to_string(tickers[0].join("status")).unwrap();
+    let started = Instant::now();
+    let ticker = loop {
+        let tasks: Vec<(std::path::PathBuf, String)> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| {
+                let task = task.ok()?.path();
+                let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+                Some((task, comm.trim().to_string()))
+            })
+            .collect();
+        let tickers: Vec<_> = tasks.iter().filter(|(_, c)| c == "dsh-env-epoch").collect();
+        if let [(ticker, _)] = tickers[..] {
+            break ticker.clone();
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "not one ticker thread but {}: {tasks:?}",
+            tickers.len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let status = std::fs::read_to_string(ticker.join("status")).unwrap();
     (status.lines())
         .filter(|line| line.contains("ctxt_switches:"))
         .map(|line| {
