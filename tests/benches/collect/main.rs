@@ -197,6 +197,12 @@ fn rows(setups: &Setups, examples: &ExampleSetups, execution: &Arc<ToolExecution
     ] {
         rows.push(Row::tool(name, key, setup, execution));
     }
+    rows.push(Row::collect_after_child(
+        "8 Rust WASM, after a child",
+        "wasm_8_after_child",
+        &setups.wasm_8,
+        execution,
+    ));
     if let Some((one, eight)) = &setups.hook_c {
         rows.push(Row::collect(
             "1 hook (compiled)",

@@ -57,6 +57,7 @@ fn print_latency(report: &Value) {
         "native_1",
         "wasm_1",
         "wasm_8",
+        "wasm_8_after_child",
         "puppet_1",
         "python_session_url",
         "js_call_context",

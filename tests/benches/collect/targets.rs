@@ -36,7 +36,7 @@ impl Target {
 /// The ratios of two rows' latencies: a label, the numerator and the
 /// denominator rows (the JSON key is `<numerator>_over_<denominator>`), and
 /// the target, if any.
-const RATIOS: [(&str, &str, &str, Option<Target>); 12] = [
+const RATIOS: [(&str, &str, &str, Option<Target>); 13] = [
     (
         "Python session-url, Winch's code / Cranelift's",
         "python_session_url_winch",
@@ -54,6 +54,12 @@ const RATIOS: [(&str, &str, &str, Option<Target>); 12] = [
         "tool_wasm_8",
         "tool_builtins",
         Some(Max(1.05)),
+    ),
+    (
+        "8 WASM collect after a child / bash tool, built-ins (end to end's serial part)",
+        "wasm_8_after_child",
+        "tool_builtins",
+        None,
     ),
     (
         "8 WASM collect / bash -c true (tokio, as the executor spawns)",
