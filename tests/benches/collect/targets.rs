@@ -56,7 +56,7 @@ const RATIOS: [(&str, &str, &str, Option<Target>); 13] = [
         Some(Max(1.05)),
     ),
     (
-        "8 WASM collect after a child / bash tool, built-ins (end to end's serial part)",
+        "8 WASM collect after a child / built-ins bash tool call",
         "wasm_8_after_child",
         "tool_builtins",
         None,
