@@ -197,9 +197,11 @@ impl ResourceLimiter for GuestLimiter {
 
 /// Sets a new store's fuel budget and deadline.
 ///
-/// The guest yields to the async executor at every epoch tick, so a busy
-/// guest never holds a worker thread for longer than a tick, and traps once
-/// its deadline's ticks are spent.
+/// The guest yields at every epoch tick and traps once its deadline's ticks
+/// are spent. [`within_host_deadline`] resumes the first yield within the
+/// same poll, so a busy guest holds its worker thread until its second tick
+/// (5-10 ms), then hands it back every tick, and a call shorter than a tick
+/// never goes back to the executor's queue.
 pub(super) fn arm(store: &mut Store<GuestState>, limits: &Limits) {
     // Fuel is enabled engine-wide, so setting it cannot fail.
     store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
@@ -226,8 +228,10 @@ pub(super) fn host_deadline(limits: &Limits) -> std::time::Duration {
 /// finish: registering a timer with a runtime whose driver sleeps without
 /// one wakes a runtime thread, and on 2 cores that wake cost the caller more
 /// than a prepared guest's whole call (see BENCHMARKS.md). The deadline
-/// still counts from the start. The epoch advances for as long as it runs
-/// (`epoch::guest_running`), since `future` runs guest code.
+/// still counts from the start. A guest's yield at its first tick ends the
+/// first poll, and the second one, here, resumes it at once: only its
+/// second tick reaches the executor. The epoch advances for as long as it
+/// runs (`epoch::guest_running`), since `future` runs guest code.
 pub(super) async fn within_host_deadline<F: Future>(
     limits: &Limits,
     future: F,

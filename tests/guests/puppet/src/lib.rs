@@ -15,7 +15,7 @@
 //!
 //! Misbehaviours (several joined by `+` are acted out in turn, until one
 //! decides the result): `trap` or `trap:<message>` (panic), `loop`, `grow` (allocate without bound),
-//! `recurse` (unbounded recursion), `sleep:<ms>` (a WASI clock sleep),
+//! `recurse` (unbounded recursion), `spin:<ms>` (busy on the clock, never waiting), `sleep:<ms>` (a WASI clock sleep),
 //! `big:<bytes>` (one huge value for the first key), `many:<n>` (n pairs),
 //! `print:<bytes>` (write to stdout and stderr, with terminal escapes, then
 //! go on), `hold:<MiB>:<ms>` (fill that much memory, wait that long in a
@@ -46,6 +46,11 @@ fn first_key() -> String {
     entries(&config("keys").unwrap_or_default())
         .next()
         .map_or_else(|| "DSH_OUT".to_string(), |(key, _)| key.to_string())
+}
+
+/// A little CPU work between clock reads.
+fn busy_work() -> u64 {
+    (0..1000u64).fold(0, |sum, i| sum.wrapping_add(std::hint::black_box(i)))
 }
 
 #[allow(unconditional_recursion)]
@@ -86,6 +91,15 @@ fn misbehave_once(how: &str) -> Option<Result<Pairs, String>> {
             }
         }
         "recurse" => Some(Ok(vec![(first_key(), recurse(0).to_string())])),
+        "spin" => {
+            // Busy for `number` ms of the monotonic clock, never waiting.
+            let until =
+                std::time::Instant::now() + std::time::Duration::from_millis(number() as u64);
+            while std::time::Instant::now() < until {
+                std::hint::black_box(busy_work());
+            }
+            None
+        }
         "sleep" => {
             std::thread::sleep(std::time::Duration::from_millis(number() as u64));
             None
