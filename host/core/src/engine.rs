@@ -31,6 +31,16 @@ pub enum Tiering {
 /// How often the epoch advances; deadlines are accurate to about this much.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
+/// The epoch tick at which a guest first yields (counted from its call's
+/// start; the sandbox resumes that yield within the same poll, so the next
+/// tick is the one that hands the thread back: 10-15 ms in). A call that a
+/// busy machine stretches past 5 ms then still finishes in one poll, rather
+/// than letting the callers queued behind it start more instances, each in
+/// a pool slot of its own that keeps the pages it touched: after the
+/// bench's burst of 64 callers, VmRSS 43.6-49.5 MiB against 43.9-59.0 with
+/// the first yield at the first tick (BENCHMARKS.md).
+pub const FIRST_YIELD_TICK: u64 = 2;
+
 /// Instances that may be alive at once (pool slots, and the concurrency cap).
 pub const MAX_LIVE_INSTANCES: u32 = 128;
 

@@ -6,7 +6,7 @@
 //!
 //! Every future that runs guest code holds a [`GuestRunning`] for as long as
 //! it lives, so the ticker runs whenever a guest can spin: a busy guest
-//! yields from its second tick on and traps when its deadline's ticks are
+//! yields from its third tick on and traps when its deadline's ticks are
 //! spent (`sandbox::guest::arm`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};

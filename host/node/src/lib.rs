@@ -211,8 +211,8 @@ impl Registry {
     /// It runs on the calling thread for as long as nothing has to wait: a
     /// Rust contributor with an instance made ahead answers in microseconds,
     /// and a hop to the runtime and back would cost more than the collection.
-    /// At its first wait (a busy guest yields from its second epoch tick on,
-    /// so within 10 ms; a file opened for a grant; an instance being made) it
+    /// At its first wait (a busy guest yields from its third epoch tick on,
+    /// so within 15 ms; a file opened for a grant; an instance being made) it
     /// moves to the runtime and the result is a Promise; and from then on this registry's
     /// collections start there, and each one starts the next call's
     /// preparation when it ends. A collection that answered at once leaves

@@ -197,11 +197,12 @@ impl ResourceLimiter for GuestLimiter {
 
 /// Sets a new store's fuel budget and deadline.
 ///
-/// The guest yields at every epoch tick and traps once its deadline's ticks
-/// are spent. [`within_host_deadline`] resumes the first yield within the
-/// same poll, so a busy guest holds its worker thread until its second tick
-/// (5-10 ms), then hands it back every tick, and a call shorter than a tick
-/// never goes back to the executor's queue.
+/// The guest yields at every epoch tick from [`engine::FIRST_YIELD_TICK`]
+/// on and traps once its deadline's ticks are spent. [`within_host_deadline`]
+/// resumes the first yield within the same poll, so a busy guest holds its
+/// worker thread until its third tick (10-15 ms), then hands it back every
+/// tick, and a call shorter than two ticks never goes back to the
+/// executor's queue.
 pub(super) fn arm(store: &mut Store<GuestState>, limits: &Limits) {
     // Fuel is enabled engine-wide, so setting it cannot fail.
     store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
@@ -228,9 +229,9 @@ pub(super) fn host_deadline(limits: &Limits) -> std::time::Duration {
 /// finish: registering a timer with a runtime whose driver sleeps without
 /// one wakes a runtime thread, and on 2 cores that wake cost the caller more
 /// than a prepared guest's whole call (see BENCHMARKS.md). The deadline
-/// still counts from the start. A guest's yield at its first tick ends the
-/// first poll, and the second one, here, resumes it at once: only its
-/// second tick reaches the executor. The epoch advances for as long as it
+/// still counts from the start. A guest's first yield ends the first poll,
+/// and the second one, here, resumes it at once: only its next tick
+/// reaches the executor. The epoch advances for as long as it
 /// runs (`epoch::guest_running`), since `future` runs guest code.
 pub(super) async fn within_host_deadline<F: Future>(
     limits: &Limits,
@@ -248,8 +249,10 @@ pub(super) async fn within_host_deadline<F: Future>(
 
 /// Starts the deadline's clock: it ends [`engine::deadline_ticks`] ticks from now.
 pub(super) fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
-    store.data_mut().ticks_left = engine::deadline_ticks(limits.deadline).saturating_sub(1);
-    store.set_epoch_deadline(1);
+    let ticks = engine::deadline_ticks(limits.deadline);
+    let first = ticks.min(engine::FIRST_YIELD_TICK);
+    store.data_mut().ticks_left = ticks - first;
+    store.set_epoch_deadline(first);
 }
 
 /// A WASI context with nothing in it but the grants: no preopens, env, args
