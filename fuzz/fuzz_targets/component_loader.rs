@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let agent = Agent {
             session_id: "s".into(),
-            cwd: "/work".into(),
+            cwd: Some("/work".into()),
             parent_session_id: Some("p".into()),
             depth: 1,
         };

@@ -30,9 +30,9 @@ fn canonical(execution: &ToolExecution) -> String {
             parent_session_id,
             depth,
         }) => format!(
-            r#"{{"session":{{"header":{{"id":{},"cwd":{},"parentId":{}}}}},"depth":{depth}}}"#,
+            r#"{{"session":{{"header":{{"id":{},"cwd":{},"parentSession":{},"delegationDepth":{depth}}}}}}}"#,
             json_string(session_id),
-            json_string(cwd),
+            cwd.as_deref().map_or("null".to_string(), json_string),
             parent_session_id
                 .as_deref()
                 .map_or("null".to_string(), json_string),

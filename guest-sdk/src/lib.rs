@@ -32,11 +32,11 @@ pub use wit_bindgen as __wit_bindgen;
 #[cfg(test)]
 mod frozen;
 
-/// Raw bindings generated from the `dsh:env@0.1.0` WIT package.
+/// Raw bindings generated from the `dsh:env@0.2.0` WIT package.
 #[allow(clippy::too_many_arguments)] // generated lowering code
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "wit/since_v0.1.0",
+        path: "wit/since_v0.2.0",
         world: "contributor",
         pub_export_macro: true,
         export_macro_name: "__export_contributor_world",

@@ -1,20 +1,43 @@
 // @dsh-env/node: per-call DSH_* environments from sandboxed WebAssembly
 // contributors, for TypeScript agent harnesses.
 
-/** One tool call, in the reference harness's `ToolExecution` shape. */
+/**
+ * The reference harness's `SessionHeader` (`@deepseek-ai/dsh-session`):
+ * `id`, `cwd`, `parentSession` and `delegationDepth` are read; the others
+ * pass quietly.
+ */
+export interface SessionHeader {
+  readonly version?: number;
+  readonly id: string;
+  readonly createdAt?: number;
+  /** Absolute; absent when the session has no working directory. */
+  readonly cwd?: string;
+  /** The session this one was spawned or forked from. */
+  readonly parentSession?: string;
+  readonly seedLength?: number;
+  readonly origin?: 'subagent';
+  /** Absent (0) for a top-level session, parent depth + 1 for a child. */
+  readonly delegationDepth?: number;
+  readonly agentPreset?: string;
+}
+
+/**
+ * One tool call, in the reference harness's `ToolExecution` shape
+ * (`@deepseek-ai/dsh-tools`), live or as plain data: only `callId`,
+ * `rootCallId`, `name`, `agent.session.header` and the bash tool's
+ * `arguments.run_in_background` are read.
+ */
 export interface ToolExecution {
-  callId: string;
-  rootCallId?: string;
+  readonly callId: string;
+  readonly rootCallId?: string;
   /** The tool's name, e.g. `bash`. */
-  name: string;
-  arguments?: unknown;
-  background?: boolean;
-  agent?: {
-    session: { header: { id: string; cwd: string; parentId?: string | null } };
-    depth: number;
-  };
-  /** The reference harness's other fields (e.g. `token`) pass quietly. */
-  [field: string]: unknown;
+  readonly name: string;
+  readonly arguments?: unknown;
+  /** dsh-env's own: run as `mode: background` (as `run_in_background: true` does). */
+  readonly background?: boolean;
+  readonly agent?: { readonly session: { readonly header: SessionHeader } };
+  /** The reference harness's other fields (`token`, `parent`, `signal`) pass quietly. */
+  readonly [field: string]: unknown;
 }
 
 export interface OpenOptions {
@@ -140,6 +163,7 @@ export type ErrorCode =
   | 'DSH_SIGNATURE'
   | 'DSH_MANIFEST'
   | 'DSH_CONTRIBUTOR'
+  | 'DSH_DISPOSED'
   | 'DSH_EXEC';
 
 /** A dsh-env failure, with a stable `code` and what it names. */
@@ -161,6 +185,12 @@ export class ExecError extends DshEnvError {}
 /** A contributor registered in a Registry, until `dispose()`. */
 export class Registration {
   readonly name: string;
+  /**
+   * This contributor alone, synchronously (it holds the event loop for the
+   * call, at most the contributor's deadline): its keys, no built-ins. The
+   * execution may come as `executionJson`'s string, made once for many.
+   */
+  resolveSync(execution: ToolExecution | string): Collection;
   /** Unregisters it; executions already collecting keep it. Idempotent. */
   dispose(): void;
 }
@@ -169,6 +199,10 @@ export class Registration {
 export class Registry {
   static open(options?: OpenOptions): Registry;
   register(path: string, options?: RegisterOptions): Promise<Registration>;
+  /** Every contributor of a manifest, all or nothing, by its pins, grants and `[trust]`. */
+  registerManifest(path: string): Promise<Registration[]>;
+  /** Makes the next call's instances in the background, after the current task. */
+  prepareSoon(): void;
   list(): KeyListing[];
   contributors(): ContributorListing[];
   /**
@@ -180,3 +214,6 @@ export class Registry {
   explain(execution: ToolExecution): Promise<Explanation>;
   exec(execution: ToolExecution, command: string, options?: ExecOptions): Promise<ExecResult>;
 }
+
+/** The JSON the addon reads for `execution` (its read fields only). */
+export function executionJson(execution: ToolExecution): string;

@@ -50,6 +50,7 @@ const classes = {
   DSH_CHANGED: RegistrationError,
   DSH_SIGNATURE: RegistrationError,
   DSH_MANIFEST: RegistrationError,
+  DSH_DISPOSED: ContributorError,
 };
 
 /** Rethrows a binding error as the DshEnvError it carries. */
@@ -84,14 +85,31 @@ function snakeCase(object) {
   );
 }
 
-/** `execution` as the JSON the addon reads, or a DSH_INVALID_ARGUMENT naming why not. */
+/**
+ * `execution` as the JSON the addon reads, or a DSH_INVALID_ARGUMENT naming
+ * why not. It takes the reference harness's `ToolExecution` as the harness
+ * holds it (a live `agent` is not plain data: only its session's header is
+ * read; of `arguments`, only the bash tool's `run_in_background`), or the
+ * same fields as plain data.
+ */
 function executionJson(execution) {
   const refuse = (why) => new DshEnvError({ message: `execution: ${why}`, code: 'DSH_INVALID_ARGUMENT' });
   if (typeof execution !== 'object' || execution === null || Array.isArray(execution)) {
     throw refuse(`expected an object, got ${execution === null ? 'null' : Array.isArray(execution) ? 'an array' : typeof execution}`);
   }
+  const { callId, rootCallId, name, background, agent } = execution;
+  const plain = { callId, rootCallId, name, background };
+  const args = execution.arguments;
+  if (typeof args === 'object' && args !== null && args.run_in_background === true) {
+    plain.arguments = { run_in_background: true };
+  }
+  if (agent !== undefined && agent !== null) {
+    plain.agent = { session: { header: agent.session?.header } };
+    // dsh-env's old name, passed on so that the refusal names the new one.
+    if (agent.depth !== undefined) plain.agent.depth = agent.depth;
+  }
   try {
-    return JSON.stringify(execution);
+    return JSON.stringify(plain);
   } catch (error) {
     throw refuse(error.message);
   }
@@ -100,12 +118,26 @@ function executionJson(execution) {
 /** A contributor registered in a Registry, until dispose(). */
 class Registration {
   #native;
-  constructor(native) {
+  #registry;
+  constructor(native, registry) {
     this.#native = native;
+    this.#registry = registry;
   }
   /** The contributor's declared name. */
   get name() {
     return this.#native.name;
+  }
+  /**
+   * This contributor alone, synchronously, for one execution: its keys (no
+   * built-ins) and its omission under `onError: 'omit'`. It holds the event
+   * loop for the call: microseconds for a Rust contributor with an instance
+   * made ahead, at most its deadline for one that spins.
+   */
+  resolveSync(execution) {
+    const json = typeof execution === 'string' ? execution : executionJson(execution);
+    const result = JSON.parse(guard(() => this.#native.resolveSync(json)));
+    this.#registry.prepareSoon();
+    return result;
   }
   /** Unregisters it; executions already collecting keep it. Idempotent. */
   dispose() {
@@ -133,7 +165,27 @@ class Registry {
     const { config, limits, grants, onError, sha256, signature } = options;
     const entry = { config, limits: snakeCase(limits), grants, on_error: onError, sha256, signature };
     for (const key of Object.keys(entry)) if (entry[key] === undefined) delete entry[key];
-    return new Registration(await guard(() => this.#native.register(path, entry)));
+    return new Registration(await guard(() => this.#native.register(path, entry)), this);
+  }
+
+  /** Registers every contributor of a manifest, all or nothing, by its rules. */
+  async registerManifest(path) {
+    const natives = await guard(() => this.#native.registerManifest(path));
+    return natives.map((native) => new Registration(native, this));
+  }
+
+  /**
+   * Makes the next call's instances in the background, once the caller has
+   * gone on with its answer (waking a runtime thread now would cost the
+   * caller's thread the microseconds its command is about to use).
+   */
+  prepareSoon() {
+    if (this.#preparing) return;
+    this.#preparing = true;
+    setImmediate(() => {
+      this.#preparing = false;
+      this.#native.prepareInBackground();
+    });
   }
 
   /** Every key with its owner and description, sorted; runs no contributor. */
@@ -159,13 +211,7 @@ class Registry {
     const json = executionJson(execution);
     const result = guard(() => this.#native.collect(json));
     if (typeof result === 'string') {
-      if (!this.#preparing) {
-        this.#preparing = true;
-        setImmediate(() => {
-          this.#preparing = false;
-          this.#native.prepareInBackground();
-        });
-      }
+      this.prepareSoon();
       return JSON.parse(result);
     }
     return JSON.parse(await result);
@@ -200,4 +246,12 @@ class Registry {
   }
 }
 
-module.exports = { Registry, Registration, DshEnvError, RegistrationError, ContributorError, ExecError };
+module.exports = {
+  Registry,
+  Registration,
+  DshEnvError,
+  RegistrationError,
+  ContributorError,
+  ExecError,
+  executionJson,
+};

@@ -83,7 +83,7 @@ pub fn agent_call(call_id: &str, session_id: &str) -> ToolExecution {
 pub fn agent_call_in(call_id: &str, session_id: &str, cwd: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
         session_id: session_id.into(),
-        cwd: cwd.into(),
+        cwd: Some(cwd.into()),
         parent_session_id: None,
         depth: 0,
     })

@@ -152,7 +152,7 @@ fn soak_execution(i: usize, cwd: &str) -> ToolExecution {
         } else {
             parent.clone()
         },
-        cwd: cwd.to_string(),
+        cwd: Some(cwd.to_string()),
         parent_session_id: child.then_some(parent),
         depth: u32::from(child),
     };

@@ -17,11 +17,10 @@ impl Contributor for GitContext {
     }
 
     fn resolve(execution: Execution) -> Result<Vec<(String, String)>, String> {
-        let Some(agent) = execution.agent else {
+        let Some(cwd) = execution.agent.and_then(|agent| agent.cwd) else {
             return Ok(Vec::new());
         };
-        let head =
-            std::fs::read_to_string(format!("{}/.git/HEAD", agent.cwd.trim_end_matches('/')));
+        let head = std::fs::read_to_string(format!("{}/.git/HEAD", cwd.trim_end_matches('/')));
         Ok(head
             .ok()
             .and_then(|head| Some(head.trim().strip_prefix("ref: refs/heads/")?.to_string()))

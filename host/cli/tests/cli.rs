@@ -32,7 +32,7 @@ impl Fixture {
             "execution.json",
             r#"{"callId":"c1","rootCallId":"c0","name":"bash","background":false,
                 "arguments":{"command":"x","env":{"DSH_SESSION_ID":"forged"},"stdin":"x"},
-                "agent":{"session":{"header":{"id":"child-1","cwd":"/tmp","parentId":"parent-1"}},"depth":1}}"#,
+                "agent":{"session":{"header":{"version":1,"id":"child-1","createdAt":0,"cwd":"/tmp","parentSession":"parent-1","delegationDepth":1}}}}"#,
         );
         fixture
     }
@@ -612,7 +612,7 @@ fn check_reports_declaration_imports_and_every_broken_rule() {
         "{text}"
     );
     assert!(
-        text.contains("dsh:env/types@0.1.0") && text.contains("No problems"),
+        text.contains("dsh:env/types@0.2.0") && text.contains("No problems"),
         "{text}"
     );
 

@@ -103,7 +103,7 @@ const execution = {
   callId: "c1",
   name: "bash",
   arguments: { command: "ignored", env: { DSH_X: "1" } },
-  agent: { session: { header: { id: "child", cwd: "/tmp", parentId: "parent" } }, depth: 1 },
+  agent: { session: { header: { version: 1, id: "child", createdAt: 0, cwd: "/tmp", parentSession: "parent", delegationDepth: 1 } } },
 };
 
 const initialized = await call("initialize", {});

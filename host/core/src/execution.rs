@@ -21,8 +21,9 @@ pub enum Mode {
 pub struct Agent {
     /// Session id; becomes `DSH_SESSION_ID`.
     pub session_id: String,
-    /// Working directory (absolute).
-    pub cwd: String,
+    /// Working directory (absolute), when the session has one (the
+    /// reference harness's `SessionHeader.cwd` is optional).
+    pub cwd: Option<String>,
     /// The session that spawned or forked this one.
     pub parent_session_id: Option<String>,
     /// 0 for a top-level agent.
@@ -78,6 +79,7 @@ impl ToolExecution {
 
 /// Why an execution JSON document was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecutionJsonError {
     /// Not JSON, or not the expected shape.
     #[error("invalid execution JSON: {0}")]
@@ -98,12 +100,26 @@ pub enum ExecutionJsonError {
         escape_controls(.0)
     )]
     RelativeCwd(String),
+    /// A field under a name dsh-env used before it followed the reference
+    /// harness's `SessionHeader`.
+    #[error(
+        "invalid execution JSON: field `{old}` is not the reference harness's; \
+         it is `{new}` there"
+    )]
+    Renamed {
+        /// The old name, as a JSON path.
+        old: &'static str,
+        /// The reference harness's name, as a JSON path.
+        new: &'static str,
+    },
 }
 
-/// The top-level fields of the reference harness's `ToolExecution`: those
-/// read here, `arguments` (never read), and the harness's own that a
-/// contributor has no use for (`token`). Any other is likely a typo.
-pub const KNOWN_FIELDS: [&str; 7] = [
+/// The top-level fields of the reference harness's `ToolExecution`
+/// (`@deepseek-ai/dsh-tools`): those read here, `arguments` (read only for
+/// the bash tool's `run_in_background`), the harness's own that a
+/// contributor has no use for (`token`, `parent`, `signal`), and dsh-env's
+/// `background`. Any other is likely a typo.
+pub const KNOWN_FIELDS: [&str; 9] = [
     "callId",
     "rootCallId",
     "name",
@@ -111,11 +127,28 @@ pub const KNOWN_FIELDS: [&str; 7] = [
     "background",
     "agent",
     "token",
+    "parent",
+    "signal",
+];
+
+/// The fields of the reference harness's `SessionHeader`
+/// (`@deepseek-ai/dsh-session`): `id`, `cwd`, `parentSession` and
+/// `delegationDepth` are read, the others pass quietly.
+pub const KNOWN_HEADER_FIELDS: [&str; 9] = [
+    "version",
+    "id",
+    "createdAt",
+    "cwd",
+    "parentSession",
+    "seedLength",
+    "origin",
+    "delegationDepth",
+    "agentPreset",
 ];
 
 /// The reference harness's `ToolExecution` JSON shape. Only the fields below
 /// are read; `arguments` (including any `env` or `stdin` in it) never reaches
-/// a contributor.
+/// a contributor: only its `run_in_background` flag becomes the mode.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ExecutionJson {
@@ -124,15 +157,18 @@ struct ExecutionJson {
     name: String,
     #[serde(default)]
     background: bool,
+    #[serde(default)]
+    arguments: Arguments,
     agent: Option<AgentJson>,
 }
 
+/// The reference's live `Agent` as data: its session's header. Its other
+/// members (`id`, `options`, `inbox`, …) are the harness's own.
 #[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct AgentJson {
     session: SessionJson,
-    #[serde(default)]
-    depth: u32,
+    /// dsh-env's old name for the header's `delegationDepth`.
+    depth: Option<IgnoredAny>,
 }
 
 #[derive(serde::Deserialize)]
@@ -144,14 +180,88 @@ struct SessionJson {
 #[serde(rename_all = "camelCase")]
 struct HeaderJson {
     id: String,
-    cwd: String,
-    parent_id: Option<String>,
+    cwd: Option<String>,
+    parent_session: Option<String>,
+    /// Absent for a top-level session.
+    #[serde(default)]
+    delegation_depth: u32,
+    /// dsh-env's old name for `parentSession`.
+    parent_id: Option<IgnoredAny>,
+}
+
+/// A tool's `arguments`, which the tool validates: only a bash call's
+/// `run_in_background: true` is read (it is how the reference harness asks
+/// for a background command); anything else, of any type, is skipped without
+/// being kept.
+#[derive(Default)]
+struct Arguments {
+    run_in_background: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for Arguments {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Arguments;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a tool's arguments")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arguments, A::Error> {
+                let mut arguments = Arguments::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == "run_in_background" {
+                        let value: serde_json::Value = map.next_value()?;
+                        arguments.run_in_background = value == serde_json::Value::Bool(true);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(arguments)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Arguments, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Arguments::default())
+            }
+
+            fn visit_unit<E>(self) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_none<E>(self) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<Arguments, E> {
+                Ok(Arguments::default())
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl ToolExecution {
     /// Parses the reference harness's execution JSON:
-    /// `{"callId", "rootCallId", "name", "arguments", "background",
-    /// "agent": {"session": {"header": {"id", "cwd", "parentId"?}}, "depth"?}}`.
+    /// `{"callId", "rootCallId"?, "name", "arguments"?, "agent"?: {"session":
+    /// {"header": {"id", "cwd"?, "parentSession"?, "delegationDepth"?, …}}}}`.
     pub fn from_json(text: &str) -> Result<Self, ExecutionJsonError> {
         Self::try_from(serde_json::from_str::<ExecutionJson>(text)?)
     }
@@ -160,18 +270,33 @@ impl ToolExecution {
 impl TryFrom<ExecutionJson> for ToolExecution {
     type Error = ExecutionJsonError;
 
-    /// Checks the text fields for control characters and the cwd for being absolute.
+    /// Checks the text fields for control characters and the cwd for being
+    /// absolute, and refuses dsh-env's old field names.
     fn try_from(json: ExecutionJson) -> Result<Self, ExecutionJsonError> {
+        if let Some(agent) = &json.agent {
+            if agent.depth.is_some() {
+                return Err(ExecutionJsonError::Renamed {
+                    old: "agent.depth",
+                    new: "agent.session.header.delegationDepth",
+                });
+            }
+            if agent.session.header.parent_id.is_some() {
+                return Err(ExecutionJsonError::Renamed {
+                    old: "agent.session.header.parentId",
+                    new: "agent.session.header.parentSession",
+                });
+            }
+        }
         let header = json.agent.as_ref().map(|agent| &agent.session.header);
         let fields = [
             ("callId", Some(&json.call_id)),
             ("rootCallId", json.root_call_id.as_ref()),
             ("name", Some(&json.name)),
             ("agent.session.header.id", header.map(|h| &h.id)),
-            ("agent.session.header.cwd", header.map(|h| &h.cwd)),
+            ("agent.session.header.cwd", header.and_then(|h| h.cwd.as_ref())),
             (
-                "agent.session.header.parentId",
-                header.and_then(|h| h.parent_id.as_ref()),
+                "agent.session.header.parentSession",
+                header.and_then(|h| h.parent_session.as_ref()),
             ),
         ];
         for (field, value) in fields {
@@ -179,41 +304,72 @@ impl TryFrom<ExecutionJson> for ToolExecution {
                 return Err(ExecutionJsonError::ControlCharacter { field, character });
             }
         }
-        if let Some(header) = header
-            && !std::path::Path::new(&header.cwd).is_absolute()
+        if let Some(cwd) = header.and_then(|h| h.cwd.as_ref())
+            && !std::path::Path::new(cwd).is_absolute()
         {
-            return Err(ExecutionJsonError::RelativeCwd(header.cwd.clone()));
+            return Err(ExecutionJsonError::RelativeCwd(cwd.clone()));
         }
         Ok(ToolExecution {
             root_call_id: json.root_call_id.unwrap_or_else(|| json.call_id.clone()),
             call_id: json.call_id,
             tool: json.name,
-            mode: if json.background {
+            mode: if json.background || json.arguments.run_in_background {
                 Mode::Background
             } else {
                 Mode::Foreground
             },
-            agent: json.agent.map(|agent| Agent {
-                session_id: agent.session.header.id,
-                cwd: agent.session.header.cwd,
-                parent_session_id: agent.session.header.parent_id,
-                depth: agent.depth,
+            agent: json.agent.map(|agent| {
+                let header = agent.session.header;
+                Agent {
+                    session_id: header.id,
+                    cwd: header.cwd,
+                    parent_session_id: header.parent_session,
+                    depth: header.delegation_depth,
+                }
             }),
         })
     }
 }
 
+/// Just enough of an execution to find its header's field names.
+#[derive(serde::Deserialize)]
+struct HeaderProbe {
+    agent: Option<AgentProbe>,
+}
+
+#[derive(serde::Deserialize)]
+struct AgentProbe {
+    session: Option<SessionProbe>,
+}
+
+#[derive(serde::Deserialize)]
+struct SessionProbe {
+    header: Option<BTreeMap<String, IgnoredAny>>,
+}
+
 impl ToolExecution {
-    /// [`ToolExecution::from_json`], and the top-level fields it does not
-    /// know (see [`KNOWN_FIELDS`]), sorted: a caller warns about them.
+    /// [`ToolExecution::from_json`], and the fields it does not know, as
+    /// JSON paths, sorted: top-level ones (see [`KNOWN_FIELDS`]) and the
+    /// session header's (see [`KNOWN_HEADER_FIELDS`]). A caller warns about
+    /// them.
     pub fn from_json_noting_unknown(text: &str) -> Result<(Self, Vec<String>), ExecutionJsonError> {
         let execution = Self::from_json(text)?;
         // It parsed as an object above, so it parses as a map here.
         let fields: BTreeMap<String, IgnoredAny> = serde_json::from_str(text)?;
-        let unknown = fields
+        let mut unknown: Vec<String> = fields
             .into_keys()
             .filter(|field| !KNOWN_FIELDS.contains(&field.as_str()))
             .collect();
+        let probe: HeaderProbe = serde_json::from_str(text)?;
+        let header = probe.agent.and_then(|a| a.session).and_then(|s| s.header);
+        unknown.extend(
+            header
+                .into_iter()
+                .flat_map(BTreeMap::into_keys)
+                .filter(|field| !KNOWN_HEADER_FIELDS.contains(&field.as_str()))
+                .map(|field| format!("agent.session.header.{field}")),
+        );
+        unknown.sort();
         Ok((execution, unknown))
     }
 }
@@ -225,10 +381,13 @@ mod tests {
     #[test]
     fn parses_the_reference_harness_shape() {
         let text = r#"{"callId":"c2","rootCallId":"c1","name":"bash",
-            "arguments":{"command":"env","env":{"DSH_X":"1"},"stdin":"secret"},
-            "background":true,
-            "agent":{"session":{"header":{"id":"s1","cwd":"/w","parentId":"s0"}},"depth":1}}"#;
-        let execution = ToolExecution::from_json(text).unwrap();
+            "arguments":{"command":"env","env":{"DSH_X":"1"},"stdin":"secret","run_in_background":true},
+            "signal":{},
+            "agent":{"session":{"header":{"version":1,"id":"s1","createdAt":1764000000000,
+                "cwd":"/w","parentSession":"s0","seedLength":4,"origin":"subagent",
+                "delegationDepth":1,"agentPreset":"coder"}}}}"#;
+        let (execution, unknown) = ToolExecution::from_json_noting_unknown(text).unwrap();
+        assert!(unknown.is_empty(), "{unknown:?}");
         assert_eq!(
             execution,
             ToolExecution {
@@ -238,12 +397,37 @@ mod tests {
                 mode: Mode::Background,
                 agent: Some(Agent {
                     session_id: "s1".into(),
-                    cwd: "/w".into(),
+                    cwd: Some("/w".into()),
                     parent_session_id: Some("s0".into()),
                     depth: 1,
                 }),
             }
         );
+    }
+
+    #[test]
+    fn a_header_without_cwd_or_depth_is_a_top_level_agent_with_no_cwd() {
+        let text = r#"{"callId":"c","name":"bash","arguments":"not an object",
+            "agent":{"session":{"header":{"version":1,"id":"s","createdAt":0}}}}"#;
+        let execution = ToolExecution::from_json(text).unwrap();
+        assert_eq!(execution.mode, Mode::Foreground);
+        let agent = execution.agent.unwrap();
+        assert_eq!((agent.cwd, agent.depth, agent.parent_session_id), (None, 0, None));
+    }
+
+    #[test]
+    fn the_old_names_are_refused_naming_the_reference_harness_names() {
+        let header = r#"{"callId":"c","name":"bash","agent":{"session":{"header":{"id":"s","parentId":"p"}}}}"#;
+        assert_eq!(
+            ToolExecution::from_json(header).unwrap_err().to_string(),
+            "invalid execution JSON: field `agent.session.header.parentId` is not the \
+             reference harness's; it is `agent.session.header.parentSession` there"
+        );
+        let depth = r#"{"callId":"c","name":"bash","agent":{"session":{"header":{"id":"s"}},"depth":1}}"#;
+        assert!(matches!(
+            ToolExecution::from_json(depth).unwrap_err(),
+            ExecutionJsonError::Renamed { old: "agent.depth", new: "agent.session.header.delegationDepth" }
+        ));
     }
 
     #[test]
@@ -281,8 +465,8 @@ mod tests {
                 r"`\r` (U+000D)",
             ),
             (
-                doc(r#""c""#, r#"{"id":"s","cwd":"/","parentId":"p\u001b"}"#),
-                "agent.session.header.parentId",
+                doc(r#""c""#, r#"{"id":"s","cwd":"/","parentSession":"p\u001b"}"#),
+                "agent.session.header.parentSession",
                 r"`\u{1b}` (U+001B)",
             ),
         ];
@@ -314,10 +498,11 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named_and_the_harness_own_pass() {
-        let text = r#"{"callId":"c","name":"bash","token":"t","agnet":{},"zeta":1}"#;
+        let text = r#"{"callId":"c","name":"bash","token":"t","parent":"p","agnet":{},"zeta":1,
+            "agent":{"session":{"header":{"id":"s","parentSesion":"typo"}}}}"#;
         let (execution, unknown) = ToolExecution::from_json_noting_unknown(text).unwrap();
-        assert_eq!(execution, ToolExecution::new("c", "bash"));
-        assert_eq!(unknown, ["agnet", "zeta"]);
+        assert_eq!(execution.agent.unwrap().parent_session_id, None);
+        assert_eq!(unknown, ["agent.session.header.parentSesion", "agnet", "zeta"]);
     }
 
     #[test]

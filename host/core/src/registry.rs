@@ -799,44 +799,84 @@ impl Registry {
         // Converted for the guests once, when the first one needs it.
         let mut call = None;
         for entry in snapshot.values() {
-            let fail = |cause: FailureCause| ContributorError {
-                contributor: entry.declaration.name().to_string(),
-                phase: Phase::Resolve,
-                cause,
-                keys: KeysNote(entry.declaration.key_list()),
-            };
-            let pairs = match &entry.resolver {
-                Resolver::Wasm(wasm) => {
-                    let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
-                    let call = call.get_or_insert_with(|| Call::new(execution));
-                    let sandbox = &self.inner.runtime.sandbox;
-                    sandbox.resolve(&wasm.component, name, call, prepared).await
-                }
-                Resolver::Native(native) => {
-                    native.resolve(execution).map_err(GuestFailure::GuestError)
-                }
-            };
-            let checked = pairs
-                .map_err(FailureCause::from)
-                .and_then(|pairs| {
-                    (entry.declaration)
-                        .check_output(pairs, &entry.limits)
-                        .map_err(FailureCause::from)
-                })
-                .map_err(fail);
-            match (checked, entry.on_error) {
-                (Ok(checked), _) => overlay.extend(checked),
-                (Err(err), OnError::Omit) => {
+            match self.resolve_entry(entry, execution, &mut call).await {
+                Ok(checked) => overlay.extend(checked),
+                Err(err) if entry.on_error == OnError::Omit => {
                     tracing::warn!("omitted for call {}: {err}", execution.call_id);
                     omitted.push(err);
                 }
-                (Err(err), OnError::Fail) => return Err(err),
+                Err(err) => return Err(err),
             }
         }
         Ok(Collection {
             overlay: Overlay::from(overlay),
             omitted,
         })
+    }
+}
+
+impl Registry {
+    /// The contributor `name` alone, for one execution, under its
+    /// `on_error` policy: its checked keys (no built-ins) as the overlay, or
+    /// its omitted failure. `None` when no contributor has that name. A
+    /// registry that resolves contributors one at a time (the reference
+    /// harness's `ctx.shellEnv`) calls this for each.
+    pub async fn collect_contributor(
+        &self,
+        name: &str,
+        execution: &ToolExecution,
+    ) -> Result<Option<Collection>, ContributorError> {
+        let snapshot = self.inner.snapshot();
+        let Some(entry) = snapshot.get(name) else {
+            return Ok(None);
+        };
+        let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
+            match self.resolve_entry(entry, execution, &mut None).await {
+            Ok(checked) => (checked.into_iter().collect(), Vec::new()),
+            Err(err) if entry.on_error == OnError::Omit => {
+                tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                (BTreeMap::new(), vec![err])
+            }
+            Err(err) => return Err(err),
+        };
+        Ok(Some(Collection {
+            overlay: Overlay::from(overlay),
+            omitted,
+        }))
+    }
+
+    /// One contributor's checked pairs for `execution`, in a fresh instance
+    /// (or the one made ahead); `call` is the execution in the guests' form,
+    /// made by the first guest that needs it.
+    async fn resolve_entry(
+        &self,
+        entry: &Entry,
+        execution: &ToolExecution,
+        call: &mut Option<Call>,
+    ) -> Result<Vec<(DshKey, String)>, ContributorError> {
+        let fail = |cause: FailureCause| ContributorError {
+            contributor: entry.declaration.name().to_string(),
+            phase: Phase::Resolve,
+            cause,
+            keys: KeysNote(entry.declaration.key_list()),
+        };
+        let pairs = match &entry.resolver {
+            Resolver::Wasm(wasm) => {
+                let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                let call = call.get_or_insert_with(|| Call::new(execution));
+                let sandbox = &self.inner.runtime.sandbox;
+                sandbox.resolve(&wasm.component, name, call, prepared).await
+            }
+            Resolver::Native(native) => native.resolve(execution).map_err(GuestFailure::GuestError),
+        };
+        pairs
+            .map_err(FailureCause::from)
+            .and_then(|pairs| {
+                (entry.declaration)
+                    .check_output(pairs, &entry.limits)
+                    .map_err(FailureCause::from)
+            })
+            .map_err(fail)
     }
 }
 

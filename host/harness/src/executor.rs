@@ -65,8 +65,8 @@ impl ShellExecRequest {
         execution: &dsh_env::ToolExecution,
         dsh_env: Overlay,
     ) -> std::io::Result<Self> {
-        let workdir = match &execution.agent {
-            Some(agent) => PathBuf::from(&agent.cwd),
+        let workdir = match execution.agent.as_ref().and_then(|a| a.cwd.as_ref()) {
+            Some(cwd) => PathBuf::from(cwd),
             None => std::env::current_dir()?,
         };
         Ok(Self::new(command, workdir, dsh_env))

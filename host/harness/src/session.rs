@@ -171,7 +171,7 @@ impl Session {
     pub fn agent(&self) -> Agent {
         Agent {
             session_id: self.header.id.clone(),
-            cwd: self.header.cwd.clone(),
+            cwd: Some(self.header.cwd.clone()),
             parent_session_id: self.header.parent.as_ref().map(|p| p.session_id.clone()),
             depth: self.header.depth,
         }

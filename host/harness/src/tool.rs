@@ -114,10 +114,8 @@ impl<E: ShellExecutor> BashTool<E> {
         };
         let execution = execution.clone().with_mode(mode);
         let overlay = self.registry.collect(&execution).await?;
-        let workdir = execution.agent.as_ref().map_or_else(
-            || self.default_workdir.clone(),
-            |agent| PathBuf::from(&agent.cwd),
-        );
+        let workdir = (execution.agent.as_ref().and_then(|a| a.cwd.as_ref()))
+            .map_or_else(|| self.default_workdir.clone(), PathBuf::from);
         let timeout = arguments
             .timeout
             .map_or(self.default_timeout, Duration::from_millis)

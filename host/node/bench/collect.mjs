@@ -8,7 +8,16 @@
 //            path when the background preparation has not finished;
 //   js       a plain in-process JavaScript resolver computing the same keys,
 //            unsandboxed (the reference harness's way);
-//   hook     a hook process per call printing the same keys (sh -c).
+//   hook     a hook process per call printing the same keys (sh -c);
+//   harness-ts  the reference harness's registry (`ctx.shellEnv.collect`,
+//            synchronous) with a native TypeScript contributor computing
+//            agent-lineage's keys;
+//   harness-wasm the same registry with agent-lineage through the
+//            @dsh-env/node/deepseek-harness plugin (`resolveSync`);
+//   tool-none / tool-wasm-8 a real bash tool call through the reference's
+//            tool runtime, bash tool and local executor, with no plugin
+//            contributor, and with 8 Rust contributors (agent-lineage and 7
+//            echo guests) through the plugin.
 // Ratios are against `js` and `hook` in the same run; never a timed assertion.
 // Run after `npm run build`: `node bench/collect.mjs [--json]`.
 import { execFile } from 'node:child_process';
@@ -17,7 +26,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 
-import { execution, guest, openRegistry } from '../test/fixture.mjs';
+import { Context } from '@deepseek-ai/cordis';
+import { LocalBashExecutor } from '@deepseek-ai/dsh-bash-local';
+import * as ShellEnv from '@deepseek-ai/dsh-shell-env';
+import { LocalSubprocessRuntime } from '@deepseek-ai/dsh-subprocess-local';
+import { SystemPrompt } from '@deepseek-ai/dsh-system-prompt';
+import * as ToolBash from '@deepseek-ai/dsh-tool-bash';
+import { ToolRuntime } from '@deepseek-ai/dsh-tools';
+
+import * as DshEnv from '../deepseek-harness.mjs';
+import { execution, guest, openRegistry, target } from '../test/fixture.mjs';
 
 const run = promisify(execFile);
 
@@ -50,8 +68,8 @@ await registry.register(guest('agent_lineage'));
 /** The keys agent-lineage computes, in plain JavaScript. */
 async function jsResolver(call) {
   const header = call.agent?.session.header;
-  const pairs = { DSH_AGENT_DEPTH: String(call.agent?.depth ?? 0) };
-  if (header?.parentId) pairs.DSH_PARENT_SESSION_ID = header.parentId;
+  const pairs = { DSH_AGENT_DEPTH: String(header?.delegationDepth ?? 0) };
+  if (header?.parentSession) pairs.DSH_PARENT_SESSION_ID = header.parentSession;
   return pairs;
 }
 
@@ -75,6 +93,7 @@ const rows = [
     }),
   ),
 ];
+rows.push(...(await harnessRows()));
 const by = Object.fromEntries(rows.map((row) => [row.name, row]));
 const verdict = {
   addon_p50_us: by.addon.p50,
@@ -84,6 +103,11 @@ const verdict = {
   addon_over_js: by.addon.p50 / by.js.p50,
   addon_over_floor: by.addon.p50 / by.floor.p50,
   addon_b2b_p50_us: by['addon-b2b'].p50,
+  harness_wasm_over_ts: by['harness-wasm'].p50 / by['harness-ts'].p50,
+  sync_path_own_p50_us: by['harness-wasm'].p50 - by['harness-ts'].p50,
+  sync_path_within_15us: by['harness-wasm'].p50 - by['harness-ts'].p50 <= 15,
+  tool_wasm_8_over_none: by['tool-wasm-8'].p50 / by['tool-none'].p50,
+  tool_wasm_8_within_1_05: by['tool-wasm-8'].p50 / by['tool-none'].p50 <= 1.05,
 };
 if (process.argv.includes('--json')) {
   console.log(JSON.stringify({ rows, verdict }));
@@ -92,4 +116,70 @@ if (process.argv.includes('--json')) {
   console.log('|---|---|---|---|');
   for (const row of rows) console.log(`| ${row.name} | ${row.iterations} | ${row.p50.toFixed(1)} | ${row.p99.toFixed(1)} |`);
   console.log(verdict);
+}
+
+/** A context wired as the reference harness wires bash tool calls, with no model. */
+async function harness(home) {
+  const ctx = new Context();
+  ctx.plugin(SystemPrompt);
+  ctx.plugin(ToolRuntime);
+  ctx.plugin(LocalSubprocessRuntime);
+  ctx.plugin(ShellEnv, { dshHome: home });
+  ctx.plugin(LocalBashExecutor, { timeoutMs: 30_000 });
+  ctx.plugin(ToolBash);
+  await ctx.plugin({ name: 'ready', inject: ['tools', 'shellEnv'], apply() {} });
+  return ctx;
+}
+
+/** The reference harness's rows: its synchronous registry, and whole bash tool calls. */
+async function harnessRows() {
+  const home = mkdtempSync(join(tmpdir(), 'dsh-env-bench-harness-'));
+  const compiler = join(target, 'debug/dsh-env-compile');
+  const lineage = { path: guest('agent_lineage') };
+  const echoes = Array.from({ length: 7 }, (_, i) => ({ path: guest('echo'), config: { name: `echo-${i}`, key: `DSH_ECHO_${i}` } }));
+  const live = (call) => ({ ...call, agent: { session: call.agent.session }, signal: new AbortController().signal });
+
+  const ts = await harness(home);
+  ts.shellEnv.register({
+    name: 'agent-lineage-ts',
+    variables: { DSH_PARENT_SESSION_ID: { description: 'parent' }, DSH_AGENT_DEPTH: { description: 'depth' } },
+    resolve(call) {
+      const header = call.agent?.session.header;
+      const pairs = { DSH_AGENT_DEPTH: String(header?.delegationDepth ?? 0) };
+      if (header?.parentSession) pairs.DSH_PARENT_SESSION_ID = header.parentSession;
+      return pairs;
+    },
+  });
+  const wasm = await harness(home);
+  await wasm.plugin(DshEnv, { home, compiler, contributors: [lineage] });
+  const synced = Array.from({ length: 5200 }, (_, i) => live(execution(`sync-${i}`, 'child', 'parent')));
+  // Untimed between calls: the next call's instance is made while a
+  // harness's command runs.
+  const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+  const none = await harness(home);
+  const eight = await harness(home);
+  await eight.plugin(DshEnv, { home, compiler, contributors: [lineage, ...echoes] });
+  const tool = (ctx) => (i) =>
+    ctx.tools.execute({
+      ...live(execution(`tool-${i}`, 'child', 'parent')),
+      name: 'bash',
+      arguments: { command: 'true', description: 'bench' },
+    });
+  // Alternated, so that both rows see the same machine.
+  const toolRows = { none: [], eight: [] };
+  for (let round = 0; round < 5; round++) {
+    toolRows.none.push(await measure('tool-none', 200, tool(none), settle));
+    toolRows.eight.push(await measure('tool-wasm-8', 200, tool(eight), settle));
+  }
+  const median = (list) => {
+    const sorted = [...list].sort((a, b) => a.p50 - b.p50);
+    return sorted[Math.floor(sorted.length / 2)];
+  };
+  return [
+    await measure('harness-ts', 5000, (i) => ts.shellEnv.collect(synced[i]), settle),
+    await measure('harness-wasm', 5000, (i) => wasm.shellEnv.collect(synced[i]), settle),
+    median(toolRows.none),
+    median(toolRows.eight),
+  ];
 }

@@ -65,7 +65,7 @@ async function main(): Promise<void> {
     rootCallId: 'call-0',
     name: 'bash',
     background: false,
-    agent: { session: { header: { id: 'child-1', cwd: process.cwd(), parentId: 'parent-1' } }, depth: 1 },
+    agent: { session: { header: { version: 1, id: 'child-1', createdAt: Date.now(), cwd: process.cwd(), parentSession: 'parent-1', delegationDepth: 1 } } },
   };
   const result = await bashTool(registry, execution, 'echo "$DSH_PARENT_SESSION_ID"');
   process.stdout.write(result.output);

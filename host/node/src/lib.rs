@@ -16,10 +16,11 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use dsh_env::environment::EnvironmentPolicy;
+use dsh_env::input::escape_controls;
 use dsh_env::manifest::EnvironmentEntry;
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
-    HostEnv, RegistryError, Runtime, ToolExecution,
+    HostEnv, Manifest, RegistryError, Runtime, ToolExecution,
 };
 use dsh_env_harness::{ExecError, ExecReport, LocalExecutor, ShellExecRequest};
 use napi::bindgen_prelude::*;
@@ -172,15 +173,33 @@ impl Registry {
             .map_err(|e| invalid(format!("register: {e}")))?
             .map_err(|e| refused(&e))?;
         let registration = (self.inner.register(component).await).map_err(|e| refused(&e))?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let name = registration.name().to_string();
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(id, registration);
-        Ok(Registration {
-            name,
-            id,
-            held: Arc::clone(&self.held),
+        Ok(self.hold(registration))
+    }
+
+    /// Registers every contributor of the manifest at `path` (relative to
+    /// the process's cwd), all or nothing, by the manifest's rules (its
+    /// pins, grants, limits and `[trust]`); the registry's home stays the
+    /// one it was opened with.
+    #[napi(ts_return_type = "Promise<Array<Registration>>")]
+    pub async fn register_manifest(&self, path: String) -> Result<Vec<Registration>> {
+        let manifest = Manifest::from_file(path.as_ref()).map_err(|e| {
+            let culprit = Culprit {
+                file: Some(path.clone()),
+                ..Culprit::default()
+            };
+            failure(&e, "DSH_MANIFEST", culprit)
+        })?;
+        let registry = self.inner.clone();
+        // Loading may compile in a child process: a blocking wait, kept off
+        // the runtime's workers; registering runs `declare` in the sandbox.
+        let registrations = tokio::task::spawn_blocking(move || {
+            let host_env = HostEnv::from_process();
+            tokio::runtime::Handle::current().block_on(registry.register_manifest(&manifest, &host_env))
         })
+        .await
+        .map_err(|e| invalid(format!("registerManifest: {e}")))?
+        .map_err(|e| refused(&e))?;
+        Ok(registrations.into_iter().map(|r| self.hold(r)).collect())
     }
 
     /// Every key, built-ins included, sorted: `[{key, owner, description}]`.
@@ -296,12 +315,29 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Keeps `registration` until its handle's `dispose()`.
+    fn hold(&self, registration: dsh_env::Registration) -> Registration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let name = registration.name().to_string();
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.insert(id, registration);
+        Registration {
+            name,
+            id,
+            held: Arc::clone(&self.held),
+            registry: self.inner.clone(),
+        }
+    }
+}
+
 /// A registered contributor; it stays registered until `dispose()`.
 #[napi]
 pub struct Registration {
     name: String,
     id: u64,
     held: Held,
+    registry: dsh_env::Registry,
 }
 
 #[napi]
@@ -310,6 +346,37 @@ impl Registration {
     #[napi(getter)]
     pub fn name(&self) -> String {
         self.name.clone()
+    }
+
+    /// This contributor alone for one execution (JSON, as for `collect`),
+    /// synchronously: `{"overlay": {KEY: value}, "omitted": [message]}`
+    /// with its keys only, no built-ins. For a registry that resolves each
+    /// contributor without awaiting (the reference harness's
+    /// `ctx.shellEnv`). It holds the calling thread (the event loop) for the
+    /// call: microseconds for a Rust contributor with an instance made ahead,
+    /// at most the contributor's deadline (`limits.deadline_ms`) for one that
+    /// spins, plus its instantiation when none was made ahead.
+    #[napi]
+    pub fn resolve_sync(&self, execution: String) -> Result<String> {
+        let execution = self::execution(&execution)?;
+        let (registry, name) = (&self.registry, self.name.as_str());
+        // The caller's thread runs the call; the runtime's threads drive its
+        // timers and the guest's I/O meanwhile.
+        let resolved = napi::bindgen_prelude::block_on(async {
+            registry.collect_contributor(name, &execution).await
+        });
+        match resolved {
+            Ok(Some(collection)) => Ok(collection_json(collection)),
+            Ok(None) => Err(failure(
+                format!("contributor `{}` is no longer registered", escape_controls(name)),
+                "DSH_DISPOSED",
+                Culprit {
+                    contributor: Some(name.to_string()),
+                    ..Culprit::default()
+                },
+            )),
+            Err(err) => Err(failed(&err)),
+        }
     }
 
     /// Removes the contributor now; executions already collecting keep the

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import dshEnv from '../index.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const target = process.env.CARGO_TARGET_DIR ?? resolve(here, '../../../target');
+export const target = process.env.CARGO_TARGET_DIR ?? resolve(here, '../../../target');
 
 /** A guest built by `cargo test` (tests/artifacts), by file name. */
 export const guest = (name) => join(target, 'wasm32-wasip2/guest', `${name}.wasm`);
@@ -23,15 +23,19 @@ export function openRegistry(options = {}) {
 export const puppet = (registry, config, options = {}) =>
   registry.register(guest('puppet'), { ...options, config });
 
-/** A call by the agent `session` (child of `parent`, if given). */
+/**
+ * A call by the agent `session` (a spawned child of `parent`, if given), in
+ * the reference harness's `ToolExecution` shape.
+ */
 export function execution(callId, session, parent) {
+  const header = { version: 1, id: session, createdAt: Date.now(), cwd: tmpdir() };
+  if (parent !== undefined) Object.assign(header, { parentSession: parent, origin: 'subagent', delegationDepth: 1 });
   return {
     callId,
     rootCallId: 'root',
     name: 'bash',
-    arguments: { command: 'true' },
-    background: false,
-    agent: { session: { header: { id: session, cwd: tmpdir(), parentId: parent ?? null } }, depth: parent ? 1 : 0 },
+    arguments: { command: 'true', description: 'nothing' },
+    agent: { session: { header } },
   };
 }
 

@@ -52,7 +52,7 @@ test('a bad execution is refused, naming what is wrong', async () => {
   const call = execution('c1', 'child-1', 'parent-1');
   call.agent.session.header.cwd = 'relative/dir';
   const circular = execution('c2', 'child-1');
-  circular.self = circular;
+  circular.agent.session.header.self = circular;
   for (const [bad, why] of [
     [call, /cwd.*absolute|absolute.*cwd/],
     [circular, /circular/],

@@ -17,7 +17,7 @@ use crate::baselines::{Hook, HookProgram, NativeLineage};
 pub fn execution() -> ToolExecution {
     ToolExecution::new("bench-call", "bash").with_agent(Agent {
         session_id: "bench-session".into(),
-        cwd: "/work".into(),
+        cwd: Some("/work".into()),
         parent_session_id: Some("bench-parent".into()),
         depth: 1,
     })

@@ -123,7 +123,7 @@ async fn parent_and_child_calls_never_share_values() {
             } else {
                 ToolExecution::new(format!("c{i}"), "bash").with_agent(Agent {
                     session_id: "child".into(),
-                    cwd: "/work/child".into(),
+                    cwd: Some("/work/child".into()),
                     parent_session_id: Some("parent".into()),
                     depth: 1,
                 })

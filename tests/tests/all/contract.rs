@@ -5,8 +5,8 @@
 //! returns that field, so only its own bindings can give the right values.
 
 use dsh_env::Grants;
-use dsh_env::{ContributorComponent, Registry, ToolExecution};
-use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, registry};
+use dsh_env::{Agent, ContributorComponent, Registry, ToolExecution};
+use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, puppet, registry};
 
 /// The component at `path`, which imports `dsh:env/types@{version}`.
 fn load_targeting(registry: &Registry, path: &str, version: &str) -> ContributorComponent {
@@ -77,7 +77,7 @@ fn a_guest_of_an_unsupported_version_fails_to_load_naming_it_and_the_supported_r
         err.to_string(),
         format!(
             "cannot load contributor component {origin}: it targets dsh:env@1.0.0; \
-             this host supports dsh:env 0.1.x, 0.2.0-test"
+             this host supports dsh:env 0.1.x, 0.2.x, 0.2.0-test"
         )
     );
 }
@@ -90,8 +90,37 @@ async fn a_compatible_0_1_y_guest_is_served_by_the_0_1_0_bindings() {
     assert_eq!(registration.name(), "table-grower");
 }
 
+/// 0.2.0 made the agent's cwd optional (the reference harness's sessions
+/// need not have one): a 0.2 guest is told it is absent, a 0.1 guest, whose
+/// cwd is a string, is told "".
 #[tokio::test]
-async fn an_ordinary_0_1_0_guest_is_unaffected_beside_another_version() {
+async fn an_absent_cwd_reaches_each_version_in_its_own_form() {
+    let registry = registry();
+    let v0_2 = puppet(
+        &registry,
+        &[("name", "cwd-0-2"), ("keys", "DSH_CWD=the cwd"), ("pairs", "DSH_CWD=[{cwd}]")],
+    );
+    assert!(v0_2.imports().iter().any(|i| i == "dsh:env/types@0.2.0"), "{:?}", v0_2.imports());
+    let _v0_2 = registry.register(v0_2).await.unwrap();
+    // The C example hashes its cwd: FNV-1a 64 of no bytes is cbf29ce484222325.
+    let v0_1 = load_targeting(&registry, artifacts::WORKSPACE_ID, "0.1.0");
+    let _v0_1 = registry.register(v0_1).await.unwrap();
+    let nowhere = ToolExecution::new("c1", "bash").with_agent(Agent {
+        session_id: "s1".into(),
+        cwd: None,
+        parent_session_id: None,
+        depth: 0,
+    });
+    let overlay = registry.collect(&nowhere).await.unwrap();
+    assert_eq!(overlay.get("DSH_CWD"), Some("[none]"));
+    assert_eq!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
+    let overlay = registry.collect(&agent_call_in("c2", "s1", "/tmp")).await.unwrap();
+    assert_eq!(overlay.get("DSH_CWD"), Some("[/tmp]"));
+    assert_ne!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
+}
+
+#[tokio::test]
+async fn an_ordinary_guest_is_unaffected_beside_another_version() {
     let registry = registry();
     let test_version = load_targeting(&registry, artifacts::CONTRACT_TEST, "0.2.0-test");
     let _test_version = registry.register(test_version).await.unwrap();

@@ -9,7 +9,7 @@ use dsh_env_tests::{artifacts, registry};
 fn call_in(cwd: &Path) -> ToolExecution {
     ToolExecution::new("c1", "bash").with_agent(Agent {
         session_id: "s".into(),
-        cwd: cwd.display().to_string(),
+        cwd: Some(cwd.display().to_string()),
         parent_session_id: None,
         depth: 0,
     })

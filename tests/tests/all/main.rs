@@ -9,6 +9,7 @@
 
 mod bash_tool;
 mod cache;
+mod executions;
 mod contract;
 mod executor;
 mod fuzz;

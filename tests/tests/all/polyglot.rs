@@ -23,7 +23,7 @@ fn load(registry: &Registry, path: &str) -> ContributorComponent {
 fn call_in(call_id: &str, session_id: &str, cwd: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
         session_id: session_id.into(),
-        cwd: cwd.into(),
+        cwd: Some(cwd.into()),
         parent_session_id: None,
         depth: 0,
     })
@@ -255,7 +255,7 @@ async fn every_language_together_in_one_overlay() {
         .with_mode(Mode::Background)
         .with_agent(Agent {
             session_id: "child".into(),
-            cwd: "/work/child".into(),
+            cwd: Some("/work/child".into()),
             parent_session_id: Some("parent".into()),
             depth: 1,
         });

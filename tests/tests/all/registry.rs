@@ -12,7 +12,7 @@ use dsh_env_tests::{agent_call, artifacts, echo, puppet, registry};
 fn child_call(call_id: &str, session_id: &str, parent: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
         session_id: session_id.into(),
-        cwd: "/work/child".into(),
+        cwd: Some("/work/child".into()),
         parent_session_id: Some(parent.into()),
         depth: 1,
     })
@@ -389,7 +389,7 @@ async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
     let registry = registry();
     let forged = ToolExecution::new("c1", "bash").with_agent(Agent {
         session_id: "s1\nDSH_HOME=/evil".into(),
-        cwd: "/work".into(),
+        cwd: Some("/work".into()),
         parent_session_id: None,
         depth: 0,
     });

@@ -28,6 +28,15 @@ mod v0_1 {
     });
 }
 
+/// `dsh:env@0.2.0`, frozen: the agent's `cwd` is optional.
+mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "wit/since_v0.2.0",
+        world: "contributor",
+        exports: { default: async },
+    });
+}
+
 /// `dsh:env@0.2.0-test`: `execution` has one more field. Test hosts only.
 #[cfg(feature = "test-contract")]
 mod test {
@@ -45,6 +54,7 @@ const TYPES: &str = "dsh:env/types";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bound {
     V0_1,
+    V0_2,
     #[cfg(feature = "test-contract")]
     Test,
 }
@@ -52,6 +62,7 @@ enum Bound {
 /// Each bound version, its snapshot's version, and the range it accepts as shown.
 const BOUND: &[(Bound, &str, &str)] = &[
     (Bound::V0_1, "0.1.0", "0.1.x"),
+    (Bound::V0_2, "0.2.0", "0.2.x"),
     #[cfg(feature = "test-contract")]
     (Bound::Test, "0.2.0-test", "0.2.0-test"),
 ];
@@ -78,6 +89,8 @@ pub fn supported_contracts() -> Vec<ContractVersion> {
 pub(crate) enum Pre {
     /// `dsh:env@0.1.x`.
     V0_1(v0_1::ContributorPre<GuestState>),
+    /// `dsh:env@0.2.x`.
+    V0_2(v0_2::ContributorPre<GuestState>),
     /// `dsh:env@0.2.0-test`.
     #[cfg(feature = "test-contract")]
     Test(test::ContributorPre<GuestState>),
@@ -87,16 +100,20 @@ pub(crate) enum Pre {
 pub(crate) enum Guest {
     /// `dsh:env@0.1.x`.
     V0_1(v0_1::Contributor),
+    /// `dsh:env@0.2.x`.
+    V0_2(v0_2::Contributor),
     /// `dsh:env@0.2.0-test`.
     #[cfg(feature = "test-contract")]
     Test(test::Contributor),
 }
 
 /// One execution in the WIT form of the bound versions, converted once per
-/// `collect`.
+/// `collect`, each at the first call that needs it.
 #[derive(Clone)]
 pub(crate) struct WitExecution {
-    v0_1: v0_1::Execution,
+    execution: ToolExecution,
+    v0_1: std::sync::OnceLock<v0_1::Execution>,
+    v0_2: std::sync::OnceLock<v0_2::Execution>,
     /// Made from `v0_1` at the first call that needs it, so that the
     /// benchmarks, which build with this feature, measure what production does.
     #[cfg(feature = "test-contract")]
@@ -106,6 +123,7 @@ pub(crate) struct WitExecution {
 /// Adds every bound version's host interfaces to `linker`.
 pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     v0_1::Contributor::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)?;
+    v0_2::Contributor::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)?;
     #[cfg(feature = "test-contract")]
     test::Contributor::add_to_linker::<_, HasSelf<GuestState>>(linker, |s| s)?;
     Ok(())
@@ -129,6 +147,9 @@ impl Pre {
             Bound::V0_1 => v0_1::ContributorPre::new(instance_pre)
                 .map(Pre::V0_1)
                 .map_err(not_contributor),
+            Bound::V0_2 => v0_2::ContributorPre::new(instance_pre)
+                .map(Pre::V0_2)
+                .map_err(not_contributor),
             #[cfg(feature = "test-contract")]
             Bound::Test => test::ContributorPre::new(instance_pre)
                 .map(Pre::Test)
@@ -140,6 +161,7 @@ impl Pre {
     pub(super) fn engine(&self) -> &Engine {
         match self {
             Pre::V0_1(pre) => pre.engine(),
+            Pre::V0_2(pre) => pre.engine(),
             #[cfg(feature = "test-contract")]
             Pre::Test(pre) => pre.engine(),
         }
@@ -152,6 +174,7 @@ impl Pre {
     ) -> wasmtime::Result<Guest> {
         Ok(match self {
             Pre::V0_1(pre) => Guest::V0_1(pre.instantiate_async(store).await?),
+            Pre::V0_2(pre) => Guest::V0_2(pre.instantiate_async(store).await?),
             #[cfg(feature = "test-contract")]
             Pre::Test(pre) => Guest::Test(pre.instantiate_async(store).await?),
         })
@@ -228,9 +251,10 @@ macro_rules! raw_declaration {
 }
 
 /// `$execution` (whose mode is a `$mode`) as the `execution` record of the
-/// version whose types are `$types`, with `$field`s that version adds.
+/// version whose types are `$types`, its agent's cwd made by `$cwd`, with
+/// `$field`s that version adds.
 macro_rules! wit_execution {
-    ($types:path, $execution:expr, $mode:path $(, $field:ident: $value:expr)*) => {{
+    ($types:path, $execution:expr, $mode:path, $cwd:expr $(, $field:ident: $value:expr)*) => {{
         use $mode as Mode;
         use $types as types;
         let execution = $execution;
@@ -244,7 +268,7 @@ macro_rules! wit_execution {
             },
             agent: execution.agent.as_ref().map(|agent| types::Agent {
                 session_id: agent.session_id.clone(),
-                cwd: agent.cwd.clone(),
+                cwd: $cwd(&agent.cwd),
                 parent_session_id: agent.parent_session_id.clone(),
                 depth: agent.depth,
             }),
@@ -261,6 +285,7 @@ impl Guest {
     ) -> wasmtime::Result<RawDeclaration> {
         Ok(match self {
             Guest::V0_1(guest) => raw_declaration!(guest.call_declare(store).await?),
+            Guest::V0_2(guest) => raw_declaration!(guest.call_declare(store).await?),
             #[cfg(feature = "test-contract")]
             Guest::Test(guest) => raw_declaration!(guest.call_declare(store).await?),
         })
@@ -273,15 +298,17 @@ impl Guest {
         execution: &WitExecution,
     ) -> wasmtime::Result<Result<Vec<(String, String)>, String>> {
         match self {
-            Guest::V0_1(guest) => guest.call_resolve(store, &execution.v0_1).await,
+            Guest::V0_1(guest) => guest.call_resolve(store, execution.v0_1()).await,
+            Guest::V0_2(guest) => guest.call_resolve(store, execution.v0_2()).await,
             #[cfg(feature = "test-contract")]
             Guest::Test(guest) => {
-                let from = &execution.v0_1;
+                let from = execution.v0_1();
                 let wit = execution.test.get_or_init(|| {
                     wit_execution!(
                         test::dsh::env::types,
                         from,
                         v0_1::dsh::env::types::Mode,
+                        String::clone,
                         nested: from.call_id != from.root_call_id
                     )
                 });
@@ -292,13 +319,27 @@ impl Guest {
 }
 
 impl WitExecution {
-    /// `execution` in the bound versions' forms.
+    /// `execution`, to be made into the bound versions' forms as guests need them.
     pub(super) fn new(execution: &ToolExecution) -> Self {
         WitExecution {
-            v0_1: wit_execution!(v0_1::dsh::env::types, execution, execution::Mode),
+            execution: execution.clone(),
+            v0_1: std::sync::OnceLock::new(),
+            v0_2: std::sync::OnceLock::new(),
             #[cfg(feature = "test-contract")]
             test: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The `dsh:env@0.1.x` form: an absent cwd is "", the only string that
+    /// is never an absolute path.
+    fn v0_1(&self) -> &v0_1::Execution {
+        let cwd = |cwd: &Option<String>| cwd.clone().unwrap_or_default();
+        (self.v0_1).get_or_init(|| wit_execution!(v0_1::dsh::env::types, &self.execution, execution::Mode, cwd))
+    }
+
+    /// The `dsh:env@0.2.x` form.
+    fn v0_2(&self) -> &v0_2::Execution {
+        (self.v0_2).get_or_init(|| wit_execution!(v0_2::dsh::env::types, &self.execution, execution::Mode, Option::clone))
     }
 }
 
@@ -309,6 +350,14 @@ impl v0_1::dsh::env::config::Host for GuestState {
 }
 
 impl v0_1::dsh::env::types::Host for GuestState {}
+
+impl v0_2::dsh::env::config::Host for GuestState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.config_value(&key)
+    }
+}
+
+impl v0_2::dsh::env::types::Host for GuestState {}
 
 #[cfg(feature = "test-contract")]
 impl test::dsh::env::config::Host for GuestState {
@@ -348,7 +397,7 @@ mod tests {
             assert_eq!(actual, hash, "wit/{path} is not the frozen snapshot");
             checked += 1;
         }
-        assert!(checked >= 1, "wit/since_v0.1.0 is missing");
+        assert!(checked >= 2, "wit/since_v0.1.0 or since_v0.2.0 is missing");
     }
 
     #[test]
@@ -371,9 +420,11 @@ mod tests {
     fn a_version_is_served_by_its_track_or_named_with_the_supported_range() {
         assert_eq!(bound_version("0.1.0"), Ok(Bound::V0_1));
         assert_eq!(bound_version("0.1.9"), Ok(Bound::V0_1));
-        let refused = bound_version("0.2.0").unwrap_err();
+        assert_eq!(bound_version("0.2.0"), Ok(Bound::V0_2));
+        assert_eq!(bound_version("0.2.3"), Ok(Bound::V0_2));
+        let refused = bound_version("0.3.0").unwrap_err();
         assert!(
-            refused.starts_with("it targets dsh:env@0.2.0; this host supports dsh:env 0.1.x"),
+            refused.starts_with("it targets dsh:env@0.3.0; this host supports dsh:env 0.1.x, 0.2.x"),
             "{refused}"
         );
         let unversioned = bound_version("").unwrap_err();

@@ -275,7 +275,7 @@ pub(super) fn wasi_context(
     }
     let agent_cwd = execution
         .and_then(|e| e.agent.as_ref())
-        .map(|a| a.cwd.as_str());
+        .and_then(|a| a.cwd.as_deref());
     if let (true, Some(cwd)) = (grants.cwd_read, agent_cwd) {
         // A cwd that cannot be opened is simply not granted: the guest sees no directory.
         if let Err(err) = builder.preopened_dir(cwd, cwd, FsPerms::ReadOnly) {

@@ -10,7 +10,7 @@
 //! - `pairs`: returned pairs, `KEY=value` entries separated by `|`. In a value,
 //!   `{session}` becomes the agent's session id (or `none`), `{call}` the call
 //!   id, `{mode}` `foreground` or `background`, `{count}` how many times this
-//!   instance has resolved, `{cwd}` the agent's cwd, and `\0`, `\n`, `\r`,
+//!   instance has resolved, `{cwd}` the agent's cwd (`none` when it has none), and `\0`, `\n`, `\r`,
 //!   `\t` a NUL, newline, carriage return, tab.
 //!
 //! Misbehaviours (several joined by `+` are acted out in turn, until one
@@ -174,7 +174,7 @@ impl Contributor for Puppet {
             return result;
         }
         let (session, cwd) = execution.agent.as_ref().map_or(("none", ""), |agent| {
-            (agent.session_id.as_str(), agent.cwd.as_str())
+            (agent.session_id.as_str(), agent.cwd.as_deref().unwrap_or("none"))
         });
         let mode = match execution.mode {
             Mode::Foreground => "foreground",

@@ -136,24 +136,28 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     }
     let agent = rng.one_in(2).then(|| dsh_env::Agent {
         session_id: text(rng, 40),
-        // Mostly absolute: a relative cwd is refused.
-        cwd: if rng.one_in(4) {
-            text(rng, 60)
-        } else {
-            format!("/{}", text(rng, 60))
+        // Mostly absolute: a relative cwd is refused; it may be absent.
+        cwd: match rng.below(5) {
+            0 => None,
+            1 => Some(text(rng, 60)),
+            _ => Some(format!("/{}", text(rng, 60))),
         },
         parent_session_id: rng.one_in(2).then(|| text(rng, 40)),
         depth: *rng.pick(&[0, 1, 7, u32::MAX]),
     });
     if let Some(agent) = &agent {
-        clean &= agent.cwd.starts_with('/');
+        clean &= agent.cwd.as_ref().is_none_or(|cwd| cwd.starts_with('/'));
+        let cwd = match &agent.cwd {
+            Some(cwd) => format!(",\"cwd\":{}", json_string(cwd)),
+            None => rng.pick(&["", ",\"cwd\":null"]).to_string(),
+        };
         let parent = match &agent.parent_session_id {
-            Some(p) => format!(",\"parentId\":{}", json_string(p)),
-            None => rng.pick(&["", ",\"parentId\":null"]).to_string(),
+            Some(p) => format!(",\"parentSession\":{}", json_string(p)),
+            None => rng.pick(&["", ",\"parentSession\":null"]).to_string(),
         };
         let depth = match agent.depth {
-            0 => rng.pick(&["", ",\"depth\":0"]).to_string(),
-            d => format!(",\"depth\":{d}"),
+            0 => rng.pick(&["", ",\"delegationDepth\":0"]).to_string(),
+            d => format!(",\"delegationDepth\":{d}"),
         };
         let extra = if rng.one_in(3) {
             let junk = json_junk(rng, 0);
@@ -163,9 +167,8 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
             String::new()
         };
         fields.push(format!(
-            "\"agent\":{{\"session\":{{\"header\":{{\"id\":{},\"cwd\":{}{parent}}}{extra}}}{depth}}}",
+            "\"agent\":{{\"session\":{{\"header\":{{\"id\":{}{cwd}{parent}{depth}}}{extra}}}}}",
             json_string(&agent.session_id),
-            json_string(&agent.cwd),
         ));
     } else if rng.one_in(3) {
         fields.push("\"agent\":null".into());
@@ -184,7 +187,7 @@ fn execution_case(rng: &mut Rng) -> ExecutionCase {
     let agent_texts = agent.iter().flat_map(|a| {
         [
             Some(&a.session_id),
-            Some(&a.cwd),
+            a.cwd.as_ref(),
             a.parent_session_id.as_ref(),
         ]
         .into_iter()

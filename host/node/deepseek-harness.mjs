@@ -1,0 +1,103 @@
+// @dsh-env/node/deepseek-harness: a DeepSeek Harness (Cordis) plugin that
+// registers sandboxed WebAssembly env contributors into the reference
+// harness's own `ctx.shellEnv`, so its bash tool gives each command their
+// `DSH_*` keys beside the TypeScript contributors'.
+//
+// The reference's registry is synchronous: its bash tool calls
+// `ctx.shellEnv.collect(execution)`, which calls each contributor's
+// `resolve(execution)` without awaiting. Each WASM contributor's `resolve`
+// therefore runs its fresh sandboxed instance on the calling thread
+// (`Registration.resolveSync`), bounded by the contributor's deadline.
+
+import { createRequire } from 'node:module';
+
+import z from '@deepseek-ai/schemastery';
+
+const require = createRequire(import.meta.url);
+const { Registry, executionJson } = require('./index.js');
+
+/** Each execution's JSON, made once for all the contributors that resolve it. */
+const executionJsons = new WeakMap();
+function jsonOf(execution) {
+  let json = executionJsons.get(execution);
+  if (json === undefined) {
+    json = executionJson(execution);
+    executionJsons.set(execution, json);
+  }
+  return json;
+}
+
+/** The plugin's name, as the harness's configuration and logs show it. */
+export const name = 'dsh-env';
+
+/** It registers into the reference's shell environment registry. */
+export const inject = ['shellEnv'];
+
+const Limits = z.object({
+  deadlineMs: z.natural(),
+  memoryMib: z.natural(),
+  fuel: z.natural(),
+  maxKeys: z.natural(),
+  maxPairs: z.natural(),
+  maxValueBytes: z.natural(),
+  maxOutputBytes: z.natural(),
+  maxErrorBytes: z.natural(),
+  maxLogBytes: z.natural(),
+  maxHandles: z.natural(),
+  compileTimeoutMs: z.natural(),
+  compileCpuMs: z.natural(),
+  compileMemoryMib: z.natural(),
+});
+
+const Contributor = z.object({
+  path: z.string().required().description('The component (.wasm), relative to the harness\'s working directory.'),
+  sha256: z.string().description('The SHA-256 (hex) its bytes must have, as `dsh-env add` pins it.'),
+  signature: z.string().description('Its minisign signature file (default: <path>.minisig).'),
+  config: z.dict(z.string()).description('Static values served by `config.get`.'),
+  limits: Limits.description('Its limits (deadline, memory, fuel, output caps).'),
+  grants: z.object({
+    env: z.array(z.string()).description('Host environment variables copied into the guest, by name.'),
+    cwd: z.union(['read']).description('The agent\'s cwd, read-only.'),
+  }).description('What it may see; nothing by default.'),
+  onError: z.union(['fail', 'omit']).description('`fail` (default): the tool call fails; `omit`: its keys are left out.'),
+});
+
+/** The plugin's configuration: a manifest, contributors, or both. */
+export const Config = z.object({
+  manifest: z.string().description('A dsh-env manifest (TOML): its contributors, pins, grants, limits and [trust].'),
+  contributors: z.array(Contributor).description('Contributors listed here rather than in a manifest.'),
+  home: z.string().description('The dsh-env home (compile cache, store); default $DSH_HOME, then ~/.dsh.'),
+  compiler: z.string().description('The `dsh-env-compile` helper; default $DSH_ENV_COMPILER, then PATH.'),
+});
+
+/**
+ * Registers every configured contributor, all or nothing, into
+ * `ctx.shellEnv` with its declared keys and descriptions. Unloading the
+ * plugin disposes every registration, in dsh-env and in `ctx.shellEnv`.
+ */
+export async function apply(ctx, config = {}) {
+  const registry = Registry.open({ home: config.home, compiler: config.compiler });
+  const registrations = [];
+  ctx.effect(() => () => {
+    for (const registration of registrations) registration.dispose();
+  }, 'dsh-env registrations');
+  if (config.manifest !== undefined) registrations.push(...(await registry.registerManifest(config.manifest)));
+  for (const { path, ...options } of config.contributors ?? []) {
+    registrations.push(await registry.register(path, options));
+  }
+  const keys = registry.list();
+  for (const registration of registrations) {
+    const variables = Object.fromEntries(
+      keys.filter((row) => row.owner === registration.name).map((row) => [row.key, { description: row.description }]),
+    );
+    ctx.shellEnv.register({
+      name: registration.name,
+      variables,
+      resolve(execution) {
+        const { overlay, omitted } = registration.resolveSync(jsonOf(execution));
+        for (const message of omitted) process.emitWarning(message, 'DshEnvOmitted');
+        return overlay;
+      },
+    });
+  }
+}
