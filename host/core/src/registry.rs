@@ -848,11 +848,11 @@ impl Registry {
     /// One contributor's checked pairs for `execution`, in a fresh instance
     /// (or the one made ahead); `call` is the execution in the guests' form,
     /// made by the first guest that needs it.
-    async fn resolve_entry(
+    async fn resolve_entry<'a>(
         &self,
         entry: &Entry,
-        execution: &ToolExecution,
-        call: &mut Option<Call>,
+        execution: &'a ToolExecution,
+        call: &mut Option<Call<'a>>,
     ) -> Result<Vec<(DshKey, String)>, ContributorError> {
         let fail = |cause: FailureCause| ContributorError {
             contributor: entry.declaration.name().to_string(),
