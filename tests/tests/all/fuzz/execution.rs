@@ -221,9 +221,9 @@ fn execution_json(execution: &ToolExecution) -> String {
             "session": {"header": {
                 "id": agent.session_id,
                 "cwd": agent.cwd,
-                "parentId": agent.parent_session_id,
+                "parentSession": agent.parent_session_id,
+                "delegationDepth": agent.depth,
             }},
-            "depth": agent.depth,
         })
     });
     serde_json::json!({
