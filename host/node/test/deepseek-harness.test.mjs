@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { Context } from '@deepseek-ai/cordis';
-import yaml from 'js-yaml';
+import { load as loadYaml } from 'js-yaml';
 import { LocalBashExecutor } from '@deepseek-ai/dsh-bash-local';
 import * as ShellEnv from '@deepseek-ai/dsh-shell-env';
 import { LocalSubprocessRuntime } from '@deepseek-ai/dsh-subprocess-local';
@@ -189,7 +189,7 @@ test('a key a TypeScript contributor owns is refused at load, and unloading remo
     resolve: () => ({ DSH_AGENT_DEPTH: 'ts' }),
   });
   const refused = ctx.plugin(DshEnv, { home, compiler, contributors: [{ path: guest('agent_lineage') }] });
-  await assert.rejects(refused, /DSH_AGENT_DEPTH.*native-depth|native-depth.*DSH_AGENT_DEPTH/);
+  await assert.rejects(async () => await refused, /DSH_AGENT_DEPTH.*native-depth|native-depth.*DSH_AGENT_DEPTH/);
   assert.deepEqual(
     ctx.shellEnv.list().map((row) => row.contributor).filter((name) => name !== 'session-persistence'),
     ['native-depth'],
@@ -220,7 +220,7 @@ test('the README\'s harness configuration loads the plugin as written', async ()
   Object.assign(process.env, { DSH_HOME: home, DSH_ENV_COMPILER: compiler });
   try {
     const ctx = await harness();
-    for (const entry of yaml.load(example)) {
+    for (const entry of loadYaml(example)) {
       await ctx.plugin(await import(entry.name), entry.config);
     }
     const child = header('child', 'parent');
