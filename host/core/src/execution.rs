@@ -208,7 +208,10 @@ impl<'de> serde::Deserialize<'de> for Arguments {
                 f.write_str("a tool's arguments")
             }
 
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Arguments, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Arguments, A::Error> {
                 let mut arguments = Arguments::default();
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     if key == "run_in_background" {
@@ -221,7 +224,10 @@ impl<'de> serde::Deserialize<'de> for Arguments {
                 Ok(arguments)
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Arguments, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Arguments, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Arguments::default())
             }
@@ -293,7 +299,10 @@ impl TryFrom<ExecutionJson> for ToolExecution {
             ("rootCallId", json.root_call_id.as_ref()),
             ("name", Some(&json.name)),
             ("agent.session.header.id", header.map(|h| &h.id)),
-            ("agent.session.header.cwd", header.and_then(|h| h.cwd.as_ref())),
+            (
+                "agent.session.header.cwd",
+                header.and_then(|h| h.cwd.as_ref()),
+            ),
             (
                 "agent.session.header.parentSession",
                 header.and_then(|h| h.parent_session.as_ref()),
@@ -412,7 +421,10 @@ mod tests {
         let execution = ToolExecution::from_json(text).unwrap();
         assert_eq!(execution.mode, Mode::Foreground);
         let agent = execution.agent.unwrap();
-        assert_eq!((agent.cwd, agent.depth, agent.parent_session_id), (None, 0, None));
+        assert_eq!(
+            (agent.cwd, agent.depth, agent.parent_session_id),
+            (None, 0, None)
+        );
     }
 
     #[test]
@@ -423,10 +435,14 @@ mod tests {
             "invalid execution JSON: field `agent.session.header.parentId` is not the \
              reference harness's; it is `agent.session.header.parentSession` there"
         );
-        let depth = r#"{"callId":"c","name":"bash","agent":{"session":{"header":{"id":"s"}},"depth":1}}"#;
+        let depth =
+            r#"{"callId":"c","name":"bash","agent":{"session":{"header":{"id":"s"}},"depth":1}}"#;
         assert!(matches!(
             ToolExecution::from_json(depth).unwrap_err(),
-            ExecutionJsonError::Renamed { old: "agent.depth", new: "agent.session.header.delegationDepth" }
+            ExecutionJsonError::Renamed {
+                old: "agent.depth",
+                new: "agent.session.header.delegationDepth"
+            }
         ));
     }
 
@@ -465,7 +481,10 @@ mod tests {
                 r"`\r` (U+000D)",
             ),
             (
-                doc(r#""c""#, r#"{"id":"s","cwd":"/","parentSession":"p\u001b"}"#),
+                doc(
+                    r#""c""#,
+                    r#"{"id":"s","cwd":"/","parentSession":"p\u001b"}"#,
+                ),
                 "agent.session.header.parentSession",
                 r"`\u{1b}` (U+001B)",
             ),
@@ -502,7 +521,10 @@ mod tests {
             "agent":{"session":{"header":{"id":"s","parentSesion":"typo"}}}}"#;
         let (execution, unknown) = ToolExecution::from_json_noting_unknown(text).unwrap();
         assert_eq!(execution.agent.unwrap().parent_session_id, None);
-        assert_eq!(unknown, ["agent.session.header.parentSesion", "agnet", "zeta"]);
+        assert_eq!(
+            unknown,
+            ["agent.session.header.parentSesion", "agnet", "zeta"]
+        );
     }
 
     #[test]

@@ -832,13 +832,13 @@ impl Registry {
         };
         let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
             match self.resolve_entry(entry, execution, &mut None).await {
-            Ok(checked) => (checked.into_iter().collect(), Vec::new()),
-            Err(err) if entry.on_error == OnError::Omit => {
-                tracing::warn!("omitted for call {}: {err}", execution.call_id);
-                (BTreeMap::new(), vec![err])
-            }
-            Err(err) => return Err(err),
-        };
+                Ok(checked) => (checked.into_iter().collect(), Vec::new()),
+                Err(err) if entry.on_error == OnError::Omit => {
+                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                    (BTreeMap::new(), vec![err])
+                }
+                Err(err) => return Err(err),
+            };
         Ok(Some(Collection {
             overlay: Overlay::from(overlay),
             omitted,

@@ -194,7 +194,8 @@ impl Registry {
         // the runtime's workers; registering runs `declare` in the sandbox.
         let registrations = tokio::task::spawn_blocking(move || {
             let host_env = HostEnv::from_process();
-            tokio::runtime::Handle::current().block_on(registry.register_manifest(&manifest, &host_env))
+            tokio::runtime::Handle::current()
+                .block_on(registry.register_manifest(&manifest, &host_env))
         })
         .await
         .map_err(|e| invalid(format!("registerManifest: {e}")))?
@@ -368,7 +369,10 @@ impl Registration {
         match resolved {
             Ok(Some(collection)) => Ok(collection_json(collection)),
             Ok(None) => Err(failure(
-                format!("contributor `{}` is no longer registered", escape_controls(name)),
+                format!(
+                    "contributor `{}` is no longer registered",
+                    escape_controls(name)
+                ),
                 "DSH_DISPOSED",
                 Culprit {
                     contributor: Some(name.to_string()),

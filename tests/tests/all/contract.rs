@@ -98,9 +98,17 @@ async fn an_absent_cwd_reaches_each_version_in_its_own_form() {
     let registry = registry();
     let v0_2 = puppet(
         &registry,
-        &[("name", "cwd-0-2"), ("keys", "DSH_CWD=the cwd"), ("pairs", "DSH_CWD=[{cwd}]")],
+        &[
+            ("name", "cwd-0-2"),
+            ("keys", "DSH_CWD=the cwd"),
+            ("pairs", "DSH_CWD=[{cwd}]"),
+        ],
     );
-    assert!(v0_2.imports().iter().any(|i| i == "dsh:env/types@0.2.0"), "{:?}", v0_2.imports());
+    assert!(
+        v0_2.imports().iter().any(|i| i == "dsh:env/types@0.2.0"),
+        "{:?}",
+        v0_2.imports()
+    );
     let _v0_2 = registry.register(v0_2).await.unwrap();
     // The C example hashes its cwd: FNV-1a 64 of no bytes is cbf29ce484222325.
     let v0_1 = load_targeting(&registry, artifacts::WORKSPACE_ID, "0.1.0");
@@ -114,7 +122,10 @@ async fn an_absent_cwd_reaches_each_version_in_its_own_form() {
     let overlay = registry.collect(&nowhere).await.unwrap();
     assert_eq!(overlay.get("DSH_CWD"), Some("[none]"));
     assert_eq!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
-    let overlay = registry.collect(&agent_call_in("c2", "s1", "/tmp")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call_in("c2", "s1", "/tmp"))
+        .await
+        .unwrap();
     assert_eq!(overlay.get("DSH_CWD"), Some("[/tmp]"));
     assert_ne!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
 }

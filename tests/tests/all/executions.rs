@@ -8,15 +8,23 @@ use dsh_env_tests::{artifacts, puppet, registry};
 
 /// A fixture, parsed, with the fields it did not know.
 fn fixture(name: &str) -> (ToolExecution, Vec<String>) {
-    let path = format!("{}/fixtures/executions/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/fixtures/executions/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).unwrap();
     ToolExecution::from_json_noting_unknown(&text).unwrap()
 }
 
+/// A fixture's name, its mode, and facts its overlay must hold.
+type Case = (&'static str, Mode, &'static [(&'static str, &'static str)]);
+
 #[tokio::test]
 async fn the_reference_fixtures_give_the_facts_they_carry() {
     let registry = registry();
-    let lineage = registry.load_file(artifacts::AGENT_LINEAGE.as_ref()).unwrap();
+    let lineage = registry
+        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .unwrap();
     let _lineage = registry.register(lineage).await.unwrap();
     let shape = puppet(
         &registry,
@@ -27,11 +35,15 @@ async fn the_reference_fixtures_give_the_facts_they_carry() {
         ],
     );
     let _shape = registry.register(shape).await.unwrap();
-    let cases: [(&str, Mode, &[(&str, &str)]); 3] = [
+    let cases: [Case; 3] = [
         (
             "top-level",
             Mode::Foreground,
-            &[("DSH_SESSION_ID", "sess-parent"), ("DSH_AGENT_DEPTH", "0"), ("DSH_CWD", "/tmp")],
+            &[
+                ("DSH_SESSION_ID", "sess-parent"),
+                ("DSH_AGENT_DEPTH", "0"),
+                ("DSH_CWD", "/tmp"),
+            ],
         ),
         (
             "child",
@@ -48,7 +60,11 @@ async fn the_reference_fixtures_give_the_facts_they_carry() {
         (
             "no-cwd",
             Mode::Foreground,
-            &[("DSH_SESSION_ID", "sess-nowhere"), ("DSH_AGENT_DEPTH", "0"), ("DSH_CWD", "none")],
+            &[
+                ("DSH_SESSION_ID", "sess-nowhere"),
+                ("DSH_AGENT_DEPTH", "0"),
+                ("DSH_CWD", "none"),
+            ],
         ),
     ];
     for (name, mode, facts) in cases {

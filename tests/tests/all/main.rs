@@ -9,8 +9,8 @@
 
 mod bash_tool;
 mod cache;
-mod executions;
 mod contract;
+mod executions;
 mod executor;
 mod fuzz;
 mod grants;

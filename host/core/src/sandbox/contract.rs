@@ -334,12 +334,21 @@ impl WitExecution {
     /// is never an absolute path.
     fn v0_1(&self) -> &v0_1::Execution {
         let cwd = |cwd: &Option<String>| cwd.clone().unwrap_or_default();
-        (self.v0_1).get_or_init(|| wit_execution!(v0_1::dsh::env::types, &self.execution, execution::Mode, cwd))
+        (self.v0_1).get_or_init(|| {
+            wit_execution!(v0_1::dsh::env::types, &self.execution, execution::Mode, cwd)
+        })
     }
 
     /// The `dsh:env@0.2.x` form.
     fn v0_2(&self) -> &v0_2::Execution {
-        (self.v0_2).get_or_init(|| wit_execution!(v0_2::dsh::env::types, &self.execution, execution::Mode, Option::clone))
+        (self.v0_2).get_or_init(|| {
+            wit_execution!(
+                v0_2::dsh::env::types,
+                &self.execution,
+                execution::Mode,
+                Option::clone
+            )
+        })
     }
 }
 
@@ -424,7 +433,8 @@ mod tests {
         assert_eq!(bound_version("0.2.3"), Ok(Bound::V0_2));
         let refused = bound_version("0.3.0").unwrap_err();
         assert!(
-            refused.starts_with("it targets dsh:env@0.3.0; this host supports dsh:env 0.1.x, 0.2.x"),
+            refused
+                .starts_with("it targets dsh:env@0.3.0; this host supports dsh:env 0.1.x, 0.2.x"),
             "{refused}"
         );
         let unversioned = bound_version("").unwrap_err();

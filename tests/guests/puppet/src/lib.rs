@@ -174,7 +174,10 @@ impl Contributor for Puppet {
             return result;
         }
         let (session, cwd) = execution.agent.as_ref().map_or(("none", ""), |agent| {
-            (agent.session_id.as_str(), agent.cwd.as_deref().unwrap_or("none"))
+            (
+                agent.session_id.as_str(),
+                agent.cwd.as_deref().unwrap_or("none"),
+            )
         });
         let mode = match execution.mode {
             Mode::Foreground => "foreground",
