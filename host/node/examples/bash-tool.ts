@@ -1,6 +1,7 @@
 // A TypeScript bash tool that takes its managed environment from the addon,
 // in the shape of the reference harness's ShellExecutionRequest.dshEnv.
-// Type-checked by the tests (`npm run typecheck`); run it after `npm run build`.
+// Type-checked and run by the tests (test/examples.test.mjs); run it after
+// `npm run build`: `node bash-tool.js <component.wasm>` once compiled.
 
 import { spawn } from 'node:child_process';
 
@@ -35,10 +36,18 @@ function runShell(request: ShellExecutionRequest): Promise<ShellResult> {
     env: { ...inherited, ...request.env, ...request.dshEnv },
     timeout: request.timeoutMs,
   });
+  // A command that exits without reading its stdin closes the pipe: the
+  // write then fails with EPIPE, which is not the command's failure.
+  child.stdin.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') child.kill();
+  });
   child.stdin.end(request.stdin ?? '');
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  return new Promise((resolve) => child.on('close', (exitCode) => resolve({ exitCode, output })));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (exitCode) => resolve({ exitCode, output }));
+  });
 }
 
 /** The bash tool: one collect per call, then the shell. */
