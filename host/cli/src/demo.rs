@@ -10,7 +10,7 @@ use dsh_env::{DshHome, HomeContext, HostEnv, Manifest};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::agent::{AgentLoop, CallRecord, ScriptedModel};
 use dsh_env_harness::hooks::{HookDialect, Hooks};
-use dsh_env_harness::session::{Session, SessionStore, new_session_id};
+use dsh_env_harness::session::{Session, SessionStore};
 use dsh_env_harness::tool::BashTool;
 use serde_json::json;
 
@@ -21,8 +21,13 @@ use crate::setup::{CliResult, Failure, open_registry};
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
 
 pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
-    // The whole id: a UUIDv7 begins with the time, so a prefix repeats.
-    let home_dir = std::env::temp_dir().join(format!("dsh-env-demo-{}", new_session_id()));
+    // One home, replaced by each run: its session files and hook log stay
+    // to be read after the demo, and runs do not pile up in the temp dir.
+    let home_dir = std::env::temp_dir().join("dsh-env-demo");
+    match std::fs::remove_dir_all(&home_dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Failure::runtime(e)),
+        _ => {}
+    }
     std::fs::create_dir_all(&home_dir).map_err(Failure::runtime)?;
     let home = DshHome::from_absolute(&home_dir).map_err(Failure::config)?;
     // The home is new each run; the compiled components are kept in the
@@ -98,7 +103,10 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
     for line in received.lines().filter(|l| !l.trim().is_empty()) {
         println!("  {line}");
     }
-    println!("\nSession files (JSONL, written at the end of each turn):");
+    println!(
+        "\nSession files (JSONL, written at the end of each turn), kept in {} until the next demo replaces it:",
+        home_dir.display()
+    );
     for agent in [&parent_agent, &child_agent] {
         let path = store.path(agent.session().id()).map_err(Failure::runtime)?;
         println!("  {}", path.display());

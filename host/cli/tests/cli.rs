@@ -1896,14 +1896,24 @@ fn logs_are_coloured_only_on_a_terminal_without_no_color_and_debug_is_dsh_envs_o
 fn the_demo_shows_both_shells_and_whole_hook_lines_from_both_agents() {
     let f = Fixture::new();
     let manifest = f.path("manifest.toml");
-    // The demo's home is a new directory under the temporary directory.
+    // The demo's home is one directory under the temporary directory,
+    // replaced by each run rather than left beside the last.
     let tmp = f.path("tmp");
     std::fs::create_dir(&tmp).unwrap();
-    let output = f.run(
-        &["demo", "--manifest", manifest.to_str().unwrap()],
-        &[("TMPDIR", tmp.to_str().unwrap())],
-    );
+    let demo = || {
+        f.run(
+            &["demo", "--manifest", manifest.to_str().unwrap()],
+            &[("TMPDIR", tmp.to_str().unwrap())],
+        )
+    };
+    assert!(demo().status.success());
+    let output = demo();
     assert!(output.status.success(), "{}", stderr(&output));
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["dsh-env-demo"], "two runs leave one home");
     let text = stdout(&output);
     let row = |key: &str| -> Vec<String> {
         let line = text.lines().find(|l| l.starts_with(key));
