@@ -10,6 +10,7 @@ mod add;
 mod authoring;
 mod cache;
 mod check;
+mod completions;
 mod demo;
 mod explain;
 mod list;
@@ -181,8 +182,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Bindgen(args) => authoring::bindgen(args),
         Command::Componentize(args) => authoring::componentize(args),
         Command::Completions { shell } => {
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "dsh-env", &mut std::io::stdout());
+            completions::print(shell).map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup } => {
