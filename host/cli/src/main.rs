@@ -25,7 +25,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use dsh_env::input::escape_controls;
 
 use setup::{CliResult, Failure, Setup};
