@@ -24,6 +24,19 @@ export interface OpenOptions {
   compiler?: string;
   /** What `exec`'s commands inherit: a manifest's `[environment]`, in camelCase. */
   environment?: EnvironmentPolicy;
+  /**
+   * Whose signatures are trusted: a manifest's `[trust]`, in camelCase. Every
+   * registration passes it; an unknown field is refused.
+   */
+  trust?: TrustPolicy;
+}
+
+/** A manifest's `[trust]`: the minisign keys trusted to sign contributors. */
+export interface TrustPolicy {
+  /** Public keys, each the base64 line of a minisign `.pub` file. */
+  keys?: string[];
+  /** Refuse an unsigned contributor (needs at least one key). */
+  requireSignature?: boolean;
 }
 
 /**
@@ -76,6 +89,8 @@ export interface RegisterOptions {
   onError?: 'fail' | 'omit';
   /** The SHA-256 (hex) the component's bytes must have. */
   sha256?: string;
+  /** Its minisign signature file (default: its path plus `.minisig`). */
+  signature?: string;
 }
 
 export interface KeyListing {

@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use dsh_env::environment::EnvironmentPolicy;
-use dsh_env::manifest::EnvironmentEntry;
+use dsh_env::manifest::{EnvironmentEntry, TrustEntry};
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, RegistryError, Runtime, ToolExecution,
@@ -56,7 +56,7 @@ fn refused(err: &RegistryError) -> Error {
         RegistryError::Load(_) => "DSH_LOAD",
         RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
         RegistryError::Declaration(_) => "DSH_DECLARATION",
-        RegistryError::Manifest(_) => "DSH_MANIFEST",
+        RegistryError::Manifest(_) | RegistryError::TrustMismatch { .. } => "DSH_MANIFEST",
         RegistryError::Changed { .. } => "DSH_CHANGED",
         RegistryError::Signature(_) => "DSH_SIGNATURE",
     };
@@ -109,13 +109,23 @@ type Held = Arc<Mutex<HashMap<u64, dsh_env::Registration>>>;
 impl Registry {
     /// Opens a registry. `home` is the harness home (default: `$DSH_HOME`,
     /// then `~/.dsh`); `compiler` the `dsh-env-compile` helper (default:
-    /// `$DSH_ENV_COMPILER`, then `PATH`).
+    /// `$DSH_ENV_COMPILER`, then `PATH`); `trust` a manifest's `[trust]`
+    /// (`keys`, `require_signature`), which every registration then passes.
     #[napi(factory)]
     pub fn open(
         home: Option<String>,
         compiler: Option<String>,
         environment: Option<Value>,
+        trust: Option<Value>,
     ) -> Result<Registry> {
+        let trust = match trust {
+            None => dsh_env::Trust::default(),
+            Some(value) => {
+                let entry: TrustEntry =
+                    (serde_json::from_value(value)).map_err(|e| invalid(format!("trust: {e}")))?;
+                (entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?
+            }
+        };
         let environment = match environment {
             None => EnvironmentPolicy::default(),
             Some(value) => {
@@ -133,7 +143,7 @@ impl Registry {
         let home = DshHome::resolve(&explicit, &HomeContext::from_process())
             .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
         let cache = ArtifactCache::new(home.path().join("cache"));
-        let inner = dsh_env::Registry::with_runtime(runtime()?, home, cache);
+        let inner = dsh_env::Registry::with_trust(runtime()?, home, cache, trust);
         // A harness lives for a session: Winch code at once, Cranelift's
         // when it is ready.
         inner.set_tiering(dsh_env::Tiering::Background);

@@ -20,3 +20,4 @@ mod prepared;
 mod recorder;
 mod registry;
 mod tiering;
+mod trust;
