@@ -1008,6 +1008,13 @@ fn assert_shown_escaped(output: &Output, escapes: &[&str]) {
 #[test]
 fn add_and_check_show_text_that_could_reorder_or_hide_itself_escaped() {
     let f = Fixture::new();
+    let home = f.home();
+    // `dsh-env <args> --manifest <manifest> --home <home>`.
+    let run = |args: &[&str], manifest: &Path| {
+        let mut all = args.to_vec();
+        all.extend(["--manifest", manifest.to_str().unwrap(), "--home", &home]);
+        f.run(&all, &[])
+    };
     let puppet = component_copy(&f, PUPPET, "puppet.wasm");
     let manifest = f.write(
         "m.toml",
@@ -1015,18 +1022,7 @@ fn add_and_check_show_text_that_could_reorder_or_hide_itself_escaped() {
          name = \"evil\\u202Egnp.exe\"\nkeys = \"DSH_A=one\\u2066two\"\n\
          [contributor.grants.config]\nnote = \"a\\u2028b\\u200Bc\"\n",
     );
-    let output = f.run(
-        &[
-            "add",
-            "puppet.wasm",
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--home",
-            &f.home(),
-            "--yes",
-        ],
-        &[],
-    );
+    let output = run(&["add", "puppet.wasm", "--yes"], &manifest);
     assert_shown_escaped(
         &output,
         &[
@@ -1043,21 +1039,13 @@ fn add_and_check_show_text_that_could_reorder_or_hide_itself_escaped() {
     let author = SigningKey::new(f.dir.path(), "author");
     author.sign_with_comment(&puppet, "release \u{202e}1.0\u{2028}");
     let trusted = f.write("trusted.toml", &requiring(&author));
-    let output = f.run(
-        &[
-            "check",
-            "puppet.wasm",
-            "--manifest",
-            trusted.to_str().unwrap(),
-            "--home",
-            &f.home(),
-            "--config",
-            "name=evil\u{202e}gnp.exe",
-            "--config",
-            "keys=DSH_A=one\u{200b}two",
-        ],
-        &[],
-    );
+    let config = [
+        "--config",
+        "name=evil\u{202e}gnp.exe",
+        "--config",
+        "keys=DSH_A=one\u{200b}two",
+    ];
+    let output = run(&[&["check", "puppet.wasm"][..], &config].concat(), &trusted);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_shown_escaped(
         &output,
@@ -1077,16 +1065,7 @@ fn add_and_check_show_text_that_could_reorder_or_hide_itself_escaped() {
         "[[contributor]]\npath = \"puppet.wasm\"\n[contributor.config]\n\
          keys = \"DSH_A=a\"\nresolve = \"err:evil\\u202Egnp\\u2066.exe\"\n",
     );
-    let output = f.run(
-        &[
-            "resolve",
-            "--manifest",
-            failing.to_str().unwrap(),
-            "--home",
-            &f.home(),
-        ],
-        &[],
-    );
+    let output = run(&["resolve"], &failing);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_shown_escaped(&output, &[r"guest error: evil\u{202e}gnp\u{2066}.exe"]);
 }
