@@ -48,11 +48,16 @@ const HIDDEN: [(char, char); 21] = [
     ('\u{e0020}', '\u{e007f}'),
 ];
 
-/// A name or description: not blank, at most `max` bytes, no control or
-/// format character, no line or paragraph separator.
+/// Whether `c` is a control or format character, or a line or paragraph
+/// separator: what a name or description refuses and a display escapes.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control() || HIDDEN.iter().any(|&(a, b)| (a..=b).contains(&c))
+}
+
+/// A name or description: not blank, at most `max` bytes, no character
+/// [`is_hidden`] names.
 fn line_ok(text: &str, max: usize) -> bool {
-    let hidden = |c: char| c.is_control() || HIDDEN.iter().any(|&(a, b)| (a..=b).contains(&c));
-    !text.trim().is_empty() && text.len() <= max && !text.chars().any(hidden)
+    !text.trim().is_empty() && text.len() <= max && !text.chars().any(is_hidden)
 }
 
 /// Whether `name` is dsh-env's own (trimmed, any ASCII case).
