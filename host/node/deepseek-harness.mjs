@@ -76,7 +76,7 @@ export const Config = z.object({
  * plugin disposes every registration, in dsh-env and in `ctx.shellEnv`.
  */
 export async function apply(ctx, config = {}) {
-  const registry = Registry.open({ home: config.home, compiler: config.compiler });
+  const registry = Registry.open({ home: config.home, compiler: config.compiler, manifest: config.manifest });
   const registrations = [];
   ctx.effect(() => () => {
     for (const registration of registrations) registration.dispose();

@@ -47,6 +47,24 @@ export interface OpenOptions {
   compiler?: string;
   /** What `exec`'s commands inherit: a manifest's `[environment]`, in camelCase. */
   environment?: EnvironmentPolicy;
+  /**
+   * Whose signatures are trusted: a manifest's `[trust]`, in camelCase. Every
+   * registration passes it; an unknown field is refused.
+   */
+  trust?: TrustPolicy;
+  /**
+   * A manifest whose `[trust]` (and `home`, after the `home` option) the
+   * registry takes, so that `registerManifest` can register it.
+   */
+  manifest?: string;
+}
+
+/** A manifest's `[trust]`: the minisign keys trusted to sign contributors. */
+export interface TrustPolicy {
+  /** Public keys, each the base64 line of a minisign `.pub` file. */
+  keys?: string[];
+  /** Refuse an unsigned contributor (needs at least one key). */
+  requireSignature?: boolean;
 }
 
 /**
@@ -99,6 +117,8 @@ export interface RegisterOptions {
   onError?: 'fail' | 'omit';
   /** The SHA-256 (hex) the component's bytes must have. */
   sha256?: string;
+  /** Its minisign signature file (default: its path plus `.minisig`). */
+  signature?: string;
 }
 
 export interface KeyListing {
@@ -199,7 +219,10 @@ export class Registration {
 export class Registry {
   static open(options?: OpenOptions): Registry;
   register(path: string, options?: RegisterOptions): Promise<Registration>;
-  /** Every contributor of a manifest, all or nothing, by its pins, grants and `[trust]`. */
+  /**
+   * Every contributor of a manifest, all or nothing, by its pins and grants;
+   * its `[trust]` must be the registry's (open it with `manifest`).
+   */
   registerManifest(path: string): Promise<Registration[]>;
   /** Makes the next call's instances in the background, after the current task. */
   prepareSoon(): void;

@@ -154,16 +154,20 @@ class Registry {
     this.#native = native;
   }
 
-  /** Opens a registry; `home` defaults to $DSH_HOME, then ~/.dsh. */
+  /** Opens a registry; `home` defaults to a `manifest`'s, then $DSH_HOME, then ~/.dsh. */
   static open(options = {}) {
     const environment = snakeCase(options.environment);
-    return new Registry(guard(() => binding.Registry.open(options.home, options.compiler, environment)));
+    const trust = snakeCase(options.trust);
+    return new Registry(
+      guard(() => binding.Registry.open(options.home, options.compiler, environment, trust, options.manifest)),
+    );
   }
 
   /** Loads, declares (checked) and registers the component at `path`. */
   async register(path, options = {}) {
-    const { config, limits, grants, onError, sha256, signature } = options;
-    const entry = { config, limits: snakeCase(limits), grants, on_error: onError, sha256, signature };
+    // Every option reaches the addon, which refuses an unknown one by name
+    // (a `trust` here among them: trust is the registry's, set by `open`).
+    const entry = snakeCase({ ...options, limits: snakeCase(options.limits) });
     for (const key of Object.keys(entry)) if (entry[key] === undefined) delete entry[key];
     return new Registration(await guard(() => this.#native.register(path, entry)), this);
   }

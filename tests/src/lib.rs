@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use dsh_env::{
     Agent, ArtifactCache, ContributorComponent, DshHome, HostLimits, Registry, Runtime,
-    ToolExecution,
+    ToolExecution, Trust,
 };
 
 pub mod rules;
@@ -30,6 +30,13 @@ pub fn registry() -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
     let cache = ArtifactCache::new(home.path().join("cache"));
     Registry::with_runtime(runtime(), home, cache)
+}
+
+/// A registry like [`registry`] that registers only what `trust` admits.
+pub fn registry_trusting(trust: Trust) -> Registry {
+    let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
+    let cache = ArtifactCache::new(home.path().join("cache"));
+    Registry::with_trust(runtime(), home, cache, trust)
 }
 
 /// A registry with `home` (absolute), in the shared [`runtime`].

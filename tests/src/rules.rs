@@ -21,9 +21,43 @@ pub fn key_is_reserved(key: &str) -> bool {
     RESERVED_KEYS.contains(&key)
 }
 
-/// A name or description: not blank, at most `max` bytes, no control characters.
+/// The format characters (Unicode 16's category Cf) and the line and
+/// paragraph separators (Zl, Zp), as ranges written out here, apart from the
+/// ICU data the host reads.
+const HIDDEN: [(char, char); 21] = [
+    ('\u{ad}', '\u{ad}'),
+    ('\u{600}', '\u{605}'),
+    ('\u{61c}', '\u{61c}'),
+    ('\u{6dd}', '\u{6dd}'),
+    ('\u{70f}', '\u{70f}'),
+    ('\u{890}', '\u{891}'),
+    ('\u{8e2}', '\u{8e2}'),
+    ('\u{180e}', '\u{180e}'),
+    ('\u{200b}', '\u{200f}'),
+    ('\u{2028}', '\u{202e}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206f}'),
+    ('\u{feff}', '\u{feff}'),
+    ('\u{fff9}', '\u{fffb}'),
+    ('\u{110bd}', '\u{110bd}'),
+    ('\u{110cd}', '\u{110cd}'),
+    ('\u{13430}', '\u{1343f}'),
+    ('\u{1bca0}', '\u{1bca3}'),
+    ('\u{1d173}', '\u{1d17a}'),
+    ('\u{e0001}', '\u{e0001}'),
+    ('\u{e0020}', '\u{e007f}'),
+];
+
+/// Whether `c` is a control or format character, or a line or paragraph
+/// separator: what a name or description refuses and a display escapes.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control() || HIDDEN.iter().any(|&(a, b)| (a..=b).contains(&c))
+}
+
+/// A name or description: not blank, at most `max` bytes, no character
+/// [`is_hidden`] names.
 fn line_ok(text: &str, max: usize) -> bool {
-    !text.trim().is_empty() && text.len() <= max && !text.chars().any(char::is_control)
+    !text.trim().is_empty() && text.len() <= max && !text.chars().any(is_hidden)
 }
 
 /// Whether `name` is dsh-env's own (trimmed, any ASCII case).

@@ -104,7 +104,8 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     let base_dir = manifest_dir(&args.manifest);
     let manifest = Manifest::parse_unchecked(&text, &manifest_shown, base_dir.clone())
         .map_err(Failure::config)?;
-    let trust = manifest.trust().map_err(Failure::config)?;
+    // Refused early, before a pull: a [trust] that cannot be used.
+    manifest.trust().map_err(Failure::config)?;
 
     let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
     let oci = (args.source.to_str()).filter(|text| text.starts_with(OCI_SCHEME));
@@ -118,11 +119,11 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     };
     entry.sha256 = None;
     entry.grants_sha256 = None;
-    let mut spec = (entry.to_spec(&base_dir, &HostEnv::from_process()))
+    let spec = (entry.to_spec(&base_dir, &HostEnv::from_process()))
         .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
-    spec.trust = std::sync::Arc::new(trust);
 
-    let registry: Registry = open_home_registry(home, dsh_env::Tiering::Optimized)?;
+    let registry: Registry =
+        open_home_registry(home, dsh_env::Tiering::Optimized, Some(&manifest))?;
     let component = registry.load_spec(&spec).map_err(Failure::config)?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
     Review {

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use dsh_env::Manifest;
 use dsh_env::cache::sha256_hex;
 use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env::signature::read_signature;
 use dsh_env::spec::default_signature_path;
-use dsh_env::{Manifest, Trust};
 use serde_json::json;
 
 use crate::setup::{
@@ -49,13 +49,10 @@ pub(crate) async fn run(
 ) -> CliResult<ExitCode> {
     let manifest =
         (manifest.as_deref().map(Manifest::from_file).transpose()).map_err(Failure::config)?;
-    let trust = match &manifest {
-        Some(manifest) => manifest.trust().map_err(Failure::config)?,
-        None => Trust::default(),
-    };
     let registry = open_home_registry(
         resolve_home(home.as_deref(), manifest.as_ref())?,
         dsh_env::Tiering::Optimized,
+        manifest.as_ref(),
     )?;
     let config: BTreeMap<String, String> = config.into_iter().collect();
     // The bytes are read once: the digest shown is that of the bytes checked.
@@ -74,7 +71,9 @@ pub(crate) async fn run(
     let signer = read_signature(&signature_path)
         .map_err(|problem| format!("its signature {signature_shown} cannot be read: {problem}"))
         .and_then(|signature| {
-            (trust.check(&shown_file, &bytes, signature.as_deref(), &signature_shown))
+            // The registry's trust, the one its registrations pass.
+            (registry.trust())
+                .check(&shown_file, &bytes, signature.as_deref(), &signature_shown)
                 .map_err(|e| e.to_string())
         });
     let signer = match signer {

@@ -15,7 +15,7 @@ use dsh_env_harness::tool::BashTool;
 use serde_json::json;
 
 use crate::cache::home_cache;
-use crate::setup::{CliResult, Failure, open_registry};
+use crate::setup::{CliResult, Failure, manifest_trust, open_registry};
 
 /// What every scripted shell runs: print the managed environment.
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
@@ -36,21 +36,20 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
         Ok(user_home) => home_cache(user_home.path())?,
         Err(_) => home_cache(&home_dir)?,
     };
-    let registry = open_registry(home, cache, dsh_env::Tiering::Baseline)?;
     let default_manifest = PathBuf::from("contributors/examples.toml");
     let manifest = manifest.or_else(|| {
         default_manifest
             .exists()
             .then_some(default_manifest.as_path())
     });
-    let _registrations = match manifest {
-        Some(path) => {
-            let manifest = Manifest::from_file(path).map_err(Failure::config)?;
-            registry
-                .register_manifest(&manifest, &HostEnv::from_process())
-                .await
-                .map_err(Failure::config)?
-        }
+    let manifest = (manifest.map(Manifest::from_file).transpose()).map_err(Failure::config)?;
+    let trust = manifest_trust(manifest.as_ref())?;
+    let registry = open_registry(home, cache, dsh_env::Tiering::Baseline, trust)?;
+    let _registrations = match &manifest {
+        Some(manifest) => registry
+            .register_manifest(manifest, &HostEnv::from_process())
+            .await
+            .map_err(Failure::config)?,
         None => Vec::new(),
     };
 

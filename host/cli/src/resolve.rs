@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use dsh_env::input::escape_controls;
+
 use crate::setup::{Call, CliResult, print_json};
 
 /// The arguments of `resolve`.
@@ -14,8 +16,9 @@ pub(crate) struct Args {
     json: bool,
 }
 
-/// Prints one `KEY=value` line per key (values cannot hold a line break), or
-/// JSON (`{format, overlay: {KEY: value}}`, keys sorted).
+/// Prints one `KEY=value` line per key (values cannot hold a line break;
+/// each is escaped as all guest text on a human-readable line is), or JSON
+/// (`{format, overlay: {KEY: value}}`, keys sorted, exact).
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     let (_execution, _registered, collection) = args.call.collect(false).await?;
     let overlay = collection.overlay;
@@ -23,7 +26,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         print_json(serde_json::json!({ "overlay": overlay.to_map() }));
     } else {
         for (key, value) in overlay.iter() {
-            println!("{key}={value}");
+            println!("{key}={}", escape_controls(value));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::setup::Registered;
 use dsh_env::environment::EnvironmentPolicy;
+use dsh_env::input::escape_controls;
 use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,
@@ -394,7 +395,7 @@ impl Server {
                     None => {
                         let mut err = RpcError::app(format!(
                             "no contributor `{}` is registered",
-                            params.name.escape_debug()
+                            escape_controls(&params.name)
                         ));
                         err.data.contributor = Some(params.name);
                         Err(err)
@@ -416,7 +417,7 @@ impl Server {
             "exec" => self.exec(params).await,
             other => Err(RpcError::new(
                 METHOD_NOT_FOUND,
-                format!("method not found: `{}`", other.escape_debug()),
+                format!("method not found: `{}`", escape_controls(other)),
             )),
         }
     }

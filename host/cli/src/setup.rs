@@ -11,7 +11,7 @@ use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
-    Registration, Registry, Runtime, Tiering, ToolExecution,
+    Registration, Registry, Runtime, Tiering, ToolExecution, Trust,
 };
 
 /// An error and the exit code it maps to.
@@ -108,16 +108,17 @@ impl Call {
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
-/// `cache` and compiling a cache miss as `tiering` says. (When the instance
-/// pool cannot be reserved, the runtime logs a warning naming why, which
-/// the default log level shows.)
+/// `cache`, compiling a cache miss as `tiering` says, and registering only
+/// what `trust` admits. (When the instance pool cannot be reserved, the
+/// runtime logs a warning naming why, which the default log level shows.)
 pub(crate) fn open_registry(
     home: DshHome,
     cache: ArtifactCache,
     tiering: Tiering,
+    trust: Trust,
 ) -> CliResult<Registry> {
     let runtime = Runtime::new().map_err(Failure::runtime)?;
-    let registry = Registry::with_runtime(&runtime, home, cache);
+    let registry = Registry::with_trust(&runtime, home, cache, trust);
     registry.set_tiering(tiering);
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
@@ -127,10 +128,22 @@ pub(crate) fn open_registry(
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`
-/// (capped as `dsh-env cache` says), compiling a cache miss as `tiering` says.
-pub(crate) fn open_home_registry(home: DshHome, tiering: Tiering) -> CliResult<Registry> {
+/// (capped as `dsh-env cache` says), compiling a cache miss as `tiering`
+/// says, under `manifest`'s `[trust]` (none without a manifest).
+pub(crate) fn open_home_registry(
+    home: DshHome,
+    tiering: Tiering,
+    manifest: Option<&Manifest>,
+) -> CliResult<Registry> {
     let cache = crate::cache::home_cache(home.path())?;
-    open_registry(home, cache, tiering)
+    open_registry(home, cache, tiering, manifest_trust(manifest)?)
+}
+
+/// `manifest`'s `[trust]`, checked; without a manifest, trust in nobody.
+pub(crate) fn manifest_trust(manifest: Option<&Manifest>) -> CliResult<Trust> {
+    manifest.map_or(Ok(Trust::default()), |manifest| {
+        manifest.trust().map_err(Failure::config)
+    })
 }
 
 /// The home: `--home`, then the manifest's `home`, then `$DSH_HOME`, then `~/.dsh`.
@@ -172,7 +185,7 @@ impl Setup {
             .transpose()
             .map_err(Failure::config)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
-        let registry = open_home_registry(home, tiering)?;
+        let registry = open_home_registry(home, tiering, manifest.as_ref())?;
         let (registrations, environment) = match &manifest {
             Some(manifest) => (
                 (registry

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use dsh_env_artifacts::minisign::SigningKey;
 use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT, PUPPET, SESSION_URL};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_dsh-env");
@@ -983,6 +984,92 @@ fn check_escapes_what_the_guest_declared_and_json_stays_exact() {
     );
 }
 
+/// Characters that reorder or hide text on a terminal: a right-to-left
+/// override, a left-to-right isolate, a line separator, a zero-width space.
+const HIDING: [char; 4] = ['\u{202e}', '\u{2066}', '\u{2028}', '\u{200b}'];
+
+/// `output`'s stdout and stderr hold none of [`HIDING`] raw, and each of
+/// `escapes`.
+fn assert_shown_escaped(output: &Output, escapes: &[&str]) {
+    let both = format!("{}{}", stdout(output), stderr(output));
+    for c in HIDING {
+        assert!(!both.contains(c), "U+{:04X} raw in: {both:?}", u32::from(c));
+    }
+    for escape in escapes {
+        assert!(both.contains(escape), "`{escape}` not in: {both}");
+    }
+}
+
+/// What a reviewer reads is what is there: a name, a description, a
+/// config value shown back, a trusted comment and a guest's error message
+/// that hold bidirectional controls, zero-width characters or separators
+/// are shown escaped by `add`, `check` and `resolve`; the name and the
+/// description are refused.
+#[test]
+fn add_and_check_show_text_that_could_reorder_or_hide_itself_escaped() {
+    let f = Fixture::new();
+    let home = f.home();
+    // `dsh-env <args> --manifest <manifest> --home <home>`.
+    let run = |args: &[&str], manifest: &Path| {
+        let mut all = args.to_vec();
+        all.extend(["--manifest", manifest.to_str().unwrap(), "--home", &home]);
+        f.run(&all, &[])
+    };
+    let puppet = component_copy(&f, PUPPET, "puppet.wasm");
+    let manifest = f.write(
+        "m.toml",
+        "[[contributor]]\npath = \"puppet.wasm\"\n[contributor.config]\n\
+         name = \"evil\\u202Egnp.exe\"\nkeys = \"DSH_A=one\\u2066two\"\n\
+         [contributor.grants.config]\nnote = \"a\\u2028b\\u200Bc\"\n",
+    );
+    let output = run(&["add", "puppet.wasm", "--yes"], &manifest);
+    assert_shown_escaped(
+        &output,
+        &[
+            r"Contributor `evil\u{202e}gnp.exe`",
+            r"DSH_A: one\u{2066}two",
+            r"config note = a\u{2028}b\u{200b}c",
+            r"the name holds format character `\u{202e}` (U+202E)",
+            r"key `DSH_A`: the description holds format character `\u{2066}` (U+2066)",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+
+    // A trusted comment, verified, shown by `check` beside the declaration.
+    let author = SigningKey::new(f.dir.path(), "author");
+    author.sign_with_comment(&puppet, "release \u{202e}1.0\u{2028}");
+    let trusted = f.write("trusted.toml", &requiring(&author));
+    let config = [
+        "--config",
+        "name=evil\u{202e}gnp.exe",
+        "--config",
+        "keys=DSH_A=one\u{200b}two",
+    ];
+    let output = run(&[&["check", "puppet.wasm"][..], &config].concat(), &trusted);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shown_escaped(
+        &output,
+        &[
+            &format!(
+                r"signed by trusted key {} (release \u{{202e}}1.0\u{{2028}})",
+                author.id
+            ),
+            r"contributor `evil\u{202e}gnp.exe`",
+            r"DSH_A: one\u{200b}two",
+        ],
+    );
+
+    // A guest's error message.
+    let failing = f.write(
+        "failing.toml",
+        "[[contributor]]\npath = \"puppet.wasm\"\n[contributor.config]\n\
+         keys = \"DSH_A=a\"\nresolve = \"err:evil\\u202Egnp\\u2066.exe\"\n",
+    );
+    let output = run(&["resolve"], &failing);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert_shown_escaped(&output, &[r"guest error: evil\u{202e}gnp\u{2066}.exe"]);
+}
+
 #[test]
 fn the_cli_exits_when_a_guest_is_stuck_on_a_fifo() {
     let f = Fixture::new();
@@ -1479,58 +1566,6 @@ fn check_prints_a_pinned_entry_and_a_pin_refuses_other_bytes() {
     );
 }
 
-/// A minisign key pair made by Debian's `minisign`, as an author makes one.
-struct SigningKey {
-    secret: PathBuf,
-    /// The base64 line of the `.pub` file: what `[trust] keys` holds.
-    public: String,
-    /// The key id, as minisign prints it.
-    id: String,
-}
-
-impl SigningKey {
-    fn new(f: &Fixture, name: &str) -> Self {
-        let (public, secret) = (
-            f.path(&format!("{name}.pub")),
-            f.path(&format!("{name}.key")),
-        );
-        let status = Command::new("minisign")
-            .args(["-G", "-W", "-f", "-p"])
-            .arg(&public)
-            .arg("-s")
-            .arg(&secret)
-            .stdout(Stdio::null())
-            .status()
-            .expect("minisign is installed by scripts/setup-polyglot");
-        assert!(status.success());
-        let text = std::fs::read_to_string(&public).unwrap();
-        let id = text
-            .lines()
-            .next()
-            .unwrap()
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .to_string();
-        let public = text.lines().nth(1).unwrap().to_string();
-        SigningKey { secret, public, id }
-    }
-
-    /// Signs `file`, writing `<file>.minisig`.
-    fn sign(&self, file: &Path) {
-        let status = Command::new("minisign")
-            .args(["-S", "-s"])
-            .arg(&self.secret)
-            .arg("-m")
-            .arg(file)
-            .args(["-t", "release 1.0"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
 /// A copy of the component `from`, at `name` in the fixture.
 fn component_copy(f: &Fixture, from: &str, name: &str) -> PathBuf {
     let path = f.path(name);
@@ -1541,7 +1576,7 @@ fn component_copy(f: &Fixture, from: &str, name: &str) -> PathBuf {
 #[test]
 fn a_signature_under_a_trusted_key_is_verified_and_shown() {
     let f = Fixture::new();
-    let author = SigningKey::new(&f, "author");
+    let author = SigningKey::new(f.dir.path(), "author");
     let component = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
     author.sign(&component);
     let trust = |keys: &[&str], required: bool| {
@@ -1590,7 +1625,7 @@ fn a_signature_under_a_trusted_key_is_verified_and_shown() {
     );
 
     // Signed by a key the manifest does not trust: refused, naming the key.
-    let stranger = SigningKey::new(&f, "stranger");
+    let stranger = SigningKey::new(f.dir.path(), "stranger");
     let only_stranger = manifest("stranger.toml", &trust(&[&stranger.public], false));
     assert_config_error(
         &explain(&only_stranger),
@@ -1623,6 +1658,110 @@ fn a_signature_under_a_trusted_key_is_verified_and_shown() {
     // A trusted key that is not a key: the manifest is refused, naming it.
     let broken = manifest("broken.toml", &trust(&["not-a-key"], false));
     assert_config_error(&explain(&broken), &["broken.toml", "trust.keys[0]"]);
+}
+
+/// One trust rule through every entry point: under `require_signature`,
+/// the same unsigned component is refused by every command and by
+/// `serve`'s `register` (under `serve --manifest`'s `[trust]`); signed, it
+/// is taken by each.
+#[test]
+fn every_entry_point_refuses_an_unsigned_component_under_required_signatures() {
+    let f = Fixture::new();
+    let author = SigningKey::new(f.dir.path(), "author");
+    let component = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let trust_only = f.write("trust.toml", &requiring(&author));
+    let with_entry = f.write(
+        "m.toml",
+        &format!(
+            "{}\n[[contributor]]\npath = \"lineage.wasm\"\n",
+            requiring(&author)
+        ),
+    );
+    let (trust_only, with_entry) = (trust_only.to_str().unwrap(), with_entry.to_str().unwrap());
+    let home = f.home();
+    let command = |name: &str| -> Output {
+        let mut args = vec![name, "--manifest", with_entry, "--home", &home];
+        if name == "run" {
+            args.extend(["--", "true"]);
+        }
+        f.run(&args, &[])
+    };
+    let check = || {
+        f.run(
+            &[
+                "check",
+                "lineage.wasm",
+                "--manifest",
+                trust_only,
+                "--home",
+                &home,
+            ],
+            &[],
+        )
+    };
+    let add = || {
+        f.run(
+            &[
+                "add",
+                "lineage.wasm",
+                "--manifest",
+                trust_only,
+                "--home",
+                &home,
+                "--yes",
+            ],
+            &[],
+        )
+    };
+    let serve_register = || {
+        let request = rpc(1, "register", serde_json::json!({"path": component}));
+        let output = output_within(
+            f.command(&["serve", "--manifest", trust_only, "--home", &home], &[]),
+            Stdio::null(),
+            Some(format!("{request}\n").into_bytes()),
+        );
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_str::<serde_json::Value>(stdout(&output).trim()).unwrap()
+    };
+    let unsigned = ["lineage.wasm", "is not signed", "requires a signature"];
+
+    for name in ["list", "resolve", "explain"] {
+        assert_config_error(&command(name), &unsigned);
+    }
+    assert_one_line_error(&command("run"), 125, &unsigned);
+    let output = check();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    for needle in unsigned {
+        assert!(stdout(&output).contains(needle), "{}", stdout(&output));
+    }
+    assert_config_error(&add(), &unsigned);
+    let answer = serve_register();
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    for needle in unsigned {
+        assert!(message.contains(needle), "{answer}");
+    }
+    assert!(
+        answer["error"]["data"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("lineage.wasm"),
+        "{answer}"
+    );
+
+    // Signed by the trusted key, the same component is taken by each.
+    author.sign(&component);
+    for name in ["list", "resolve", "explain", "run"] {
+        let output = command(name);
+        assert!(output.status.success(), "{name}: {}", stderr(&output));
+    }
+    let output = check();
+    assert!(output.status.success(), "{}", stdout(&output));
+    let answer = serve_register();
+    assert_eq!(answer["result"]["name"], "agent-lineage", "{answer}");
+    // Last: it pins the component in trust.toml.
+    let output = add();
+    assert!(output.status.success(), "{}", stderr(&output));
 }
 
 #[test]
@@ -2396,7 +2535,7 @@ fn requiring(key: &SigningKey) -> String {
 fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_registry_leaves_alone() {
     let f = Fixture::new();
     let mut registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(&f, "author");
+    let author = SigningKey::new(f.dir.path(), "author");
     let (lineage, trace) = (
         component_copy(&f, AGENT_LINEAGE, "lineage.wasm"),
         component_copy(&f, CALL_TRACE, "trace.wasm"),
@@ -2485,7 +2624,7 @@ fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_regis
 fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
     let f = Fixture::new();
     let registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(&f, "author");
+    let author = SigningKey::new(f.dir.path(), "author");
     let manifest = f.write("m.toml", &requiring(&author));
     let (m, home) = (manifest.to_str().unwrap(), f.home());
     let add = |target: &str| {

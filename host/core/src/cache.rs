@@ -58,6 +58,7 @@ use wasmtime::component::Component;
 use crate::atomic_file;
 use crate::compile::{Bounds, CompileError};
 use crate::declaration::RawDeclaration;
+use crate::input::escape_controls;
 
 pub use evict::{CacheError, CachedEntry, Eviction};
 
@@ -451,7 +452,7 @@ impl ArtifactCache {
             tracing::warn!(
                 "precompiled artifact {} is sealed for another entry ({}); recompiling",
                 entry.artifact.display(),
-                filed.escape_debug()
+                escape_controls(filed)
             );
             return None;
         }

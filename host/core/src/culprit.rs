@@ -56,6 +56,7 @@ impl From<&RegistryError> for Culprit {
             RegistryError::Manifest(err) => err.as_ref().into(),
             RegistryError::Changed { origin, .. } => Culprit::file(origin),
             RegistryError::Signature(err) => err.into(),
+            RegistryError::TrustMismatch { manifest } => Culprit::file(manifest),
         }
     }
 }
@@ -72,7 +73,8 @@ impl From<&SignatureError> for Culprit {
             SignatureError::Unsigned { origin, .. }
             | SignatureError::Malformed { origin, .. }
             | SignatureError::UntrustedKey { origin, .. }
-            | SignatureError::Invalid { origin, .. } => Culprit::file(origin),
+            | SignatureError::Invalid { origin, .. }
+            | SignatureError::Unchecked { origin } => Culprit::file(origin),
             SignatureError::BadKey { .. } | SignatureError::NoKeys => Culprit::default(),
         }
     }

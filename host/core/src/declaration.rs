@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::input::{control_character, describe_control, escape_controls};
+use crate::input::{
+    control_character, describe_control, describe_hidden, escape_controls, hidden_character,
+};
 use crate::key::{DshKey, KeyError};
 use crate::limits::{Limits, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
 use crate::registry::BUILTIN_OWNER;
@@ -43,8 +45,10 @@ pub enum DeclarationProblem {
     /// The name is too long.
     #[error("the name is {0} bytes, over the cap of {MAX_NAME_BYTES}")]
     NameTooLong(usize),
-    /// The name holds a control character.
-    #[error("the name holds control character {}", describe_control(*.0))]
+    /// The name holds a character that could hide or reorder text on a
+    /// terminal: a control or format character, a line or paragraph
+    /// separator (see [`crate::input::hidden_from_review`]).
+    #[error("the name holds {}", describe_hidden(*.0))]
     NameControl(char),
     /// The name is dsh-env's own, the owner shown for the built-in keys.
     #[error("the name `{BUILTIN_OWNER}` is reserved for dsh-env's built-in keys")]
@@ -81,8 +85,9 @@ pub enum DeclarationProblem {
     /// The description is too long.
     #[error("the description is {0} bytes, over the cap of {MAX_DESCRIPTION_BYTES}")]
     DescriptionTooLong(usize),
-    /// The description holds a control character (it must be one line).
-    #[error("the description holds control character {} (it must be one line)", describe_control(*.0))]
+    /// The description holds a control or format character, or a line or
+    /// paragraph separator (it must be one line, shown as it is).
+    #[error("the description holds {} (it must be one line, shown as it is)", describe_hidden(*.0))]
     DescriptionControl(char),
     /// The key appears twice in the declaration.
     #[error("the key is declared twice")]
@@ -108,9 +113,9 @@ pub struct DeclarationError {
 
 impl fmt::Display for DeclarationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "contributor `{}`", self.contributor.escape_debug())?;
+        write!(f, "contributor `{}`", escape_controls(&self.contributor))?;
         if let Some(key) = &self.key {
-            write!(f, ", key `{}`", key.escape_debug())?;
+            write!(f, ", key `{}`", escape_controls(key))?;
         }
         write!(f, ": {}", self.problem)
     }
@@ -147,7 +152,7 @@ impl Declaration {
             fail(None, DeclarationProblem::BlankName);
         } else if raw.name.len() > MAX_NAME_BYTES {
             fail(None, DeclarationProblem::NameTooLong(raw.name.len()));
-        } else if let Some(c) = raw.name.chars().find(|c| c.is_control()) {
+        } else if let Some(c) = hidden_character(&raw.name) {
             fail(None, DeclarationProblem::NameControl(c));
         } else if raw.name.trim().eq_ignore_ascii_case(BUILTIN_OWNER) {
             // Listed as the owner of its keys, it would pass for a built-in.
@@ -173,7 +178,7 @@ impl Declaration {
             } else if description.len() > MAX_DESCRIPTION_BYTES {
                 let bytes = description.len();
                 fail(Some(key), DeclarationProblem::DescriptionTooLong(bytes));
-            } else if let Some(c) = description.chars().find(|c| c.is_control()) {
+            } else if let Some(c) = hidden_character(description) {
                 fail(Some(key), DeclarationProblem::DescriptionControl(c));
             }
         }
@@ -208,15 +213,15 @@ impl Declaration {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutputProblem {
     /// A key the contributor did not declare.
-    #[error("returned undeclared key `{}`", .0.escape_debug())]
+    #[error("returned undeclared key `{}`", escape_controls(.0))]
     UndeclaredKey(String),
     /// A key returned twice.
-    #[error("returned key `{}` twice", .0.escape_debug())]
+    #[error("returned key `{}` twice", escape_controls(.0))]
     DuplicateKey(String),
     /// A value with a control character (any but TAB; see
     /// [`crate::input::control_character`]): it could forge an output line
     /// or cut an environment string.
-    #[error("value of `{}` holds control character {}", .key.escape_debug(), describe_control(*.character))]
+    #[error("value of `{}` holds control character {}", escape_controls(.key), describe_control(*.character))]
     ControlInValue {
         /// The key.
         key: String,
@@ -224,7 +229,7 @@ pub enum OutputProblem {
         character: char,
     },
     /// A value over the per-value cap.
-    #[error("value of `{}` is {len} bytes, over the cap of {cap}", .key.escape_debug())]
+    #[error("value of `{}` is {len} bytes, over the cap of {cap}", escape_controls(.key))]
     ValueTooLarge {
         /// The key.
         key: String,

@@ -13,6 +13,8 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
+use crate::input::push_escaped;
+
 /// Bytes at the end of a stream kept as its last words (at most the log cap):
 /// room for a panic message or a traceback's last lines.
 pub(crate) const LAST_WORDS_BYTES: usize = 512;
@@ -165,7 +167,9 @@ impl AsyncWrite for GuestOutput {
     }
 }
 
-/// Removes ANSI escape sequences and every control character but newline and tab.
+/// Removes ANSI escape sequences and every control character but newline and
+/// tab; escapes the other characters the display rule names (format
+/// characters, line and paragraph separators: see [`crate::input::hidden_from_review`]).
 pub(crate) fn strip_controls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
@@ -191,7 +195,7 @@ pub(crate) fn strip_controls(text: &str) -> String {
             }
             '\n' | '\t' => out.push(c),
             c if c.is_control() => {}
-            c => out.push(c),
+            c => push_escaped(&mut out, c),
         }
     }
     out
@@ -208,6 +212,10 @@ mod tests {
             "red ok\n\tx"
         );
         assert_eq!(strip_controls("\x1b]0;title\x07plain"), "plain");
+        assert_eq!(
+            strip_controls("evil\u{202e}gnp\u{2028}x"),
+            "evil\\u{202e}gnp\\u{2028}x"
+        );
     }
 
     #[test]

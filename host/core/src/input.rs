@@ -11,12 +11,26 @@
 //! none of C0 but HT, no DEL, no C1 (`char::is_control`). Without line breaks
 //! or NULs a value cannot forge an output line or cut an environment string;
 //! TAB is kept because it breaks neither.
+//!
+//! Display: [`escape_controls`] is the one function through which text from a
+//! guest, a registry, a signer or a user reaches a human-readable line. It
+//! escapes every character [`hidden_from_review`] names: control characters
+//! (Unicode category Cc), format characters (Cf: the bidirectional controls
+//! U+202A-U+202E and U+2066-U+2069, U+061C, zero-width characters such as
+//! U+200B-U+200F, U+FEFF, U+180E), and the line and paragraph separators
+//! (Zl, Zp: U+2028, U+2029). Each of these can move, hide or break the text
+//! around it on a terminal, so that a reviewer would read something else
+//! than what is there. A contributor's name and key descriptions refuse them
+//! outright ([`hidden_character`]).
 
 use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+
+use icu_properties::CodePointMapData;
+use icu_properties::props::GeneralCategory;
 
 /// The largest manifest read.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
@@ -137,27 +151,78 @@ pub fn control_character(text: &str) -> Option<char> {
     text.chars().find(|&c| c.is_control() && c != '\t')
 }
 
-/// A control character, shown so that it cannot act: `\n (U+000A)`.
-pub fn describe_control(c: char) -> String {
-    format!("`{}` (U+{:04X})", c.escape_debug(), u32::from(c))
+/// Whether `c` could reorder, hide or break what a reviewer reads on a
+/// terminal: a control character (Cc), a format character (Cf, among them
+/// the bidirectional controls and the zero-width characters), or a line or
+/// paragraph separator (Zl, Zp). The one rule for text on a human-readable
+/// line: such a character is escaped ([`escape_controls`]) or refused
+/// ([`hidden_character`]).
+pub fn hidden_from_review(c: char) -> bool {
+    // ASCII other than the C0 controls and DEL is always shown as it is.
+    if (' '..='~').contains(&c) {
+        return false;
+    }
+    matches!(
+        CodePointMapData::<GeneralCategory>::new().get(c),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
 }
 
-/// `text` with every control character (TAB too) escaped as Rust escapes it
-/// (`\n`, `\u{1b}`), the rest unchanged: for text from a guest or a user on
-/// a line of human-readable output. `--json` output is exact instead.
+/// The first character of `text` that [`hidden_from_review`] names: for a
+/// name or a description, which refuses them.
+pub fn hidden_character(text: &str) -> Option<char> {
+    text.chars().find(|&c| hidden_from_review(c))
+}
+
+/// A character the display rule escapes, shown so that it cannot act:
+/// `` `\n` (U+000A) ``, `` `\u{202e}` (U+202E) ``.
+pub fn describe_control(c: char) -> String {
+    let mut shown = String::new();
+    push_escaped(&mut shown, c);
+    format!("`{shown}` (U+{:04X})", u32::from(c))
+}
+
+/// A character [`hidden_from_review`] names, with its kind, for an error
+/// refusing it: `` control character `\n` (U+000A) ``, `` format character
+/// `\u{202e}` (U+202E) ``.
+pub fn describe_hidden(c: char) -> String {
+    let kind = match CodePointMapData::<GeneralCategory>::new().get(c) {
+        GeneralCategory::Format => "format character",
+        GeneralCategory::LineSeparator => "line separator",
+        GeneralCategory::ParagraphSeparator => "paragraph separator",
+        _ => "control character",
+    };
+    format!("{kind} {}", describe_control(c))
+}
+
+/// `text` with every character [`hidden_from_review`] names escaped (TAB
+/// too): a control character as Rust escapes it (`\n`, `\u{1b}`), any
+/// other as `\u{202e}`; the rest unchanged. For text from a guest, a
+/// registry, a signer or a user on a line of human-readable output;
+/// `--json` output is exact instead.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(hidden_from_review) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
+        push_escaped(&mut out, c);
     }
     Cow::Owned(out)
+}
+
+/// Pushes `c` onto `out`, escaped if [`hidden_from_review`] names it.
+pub(crate) fn push_escaped(out: &mut String, c: char) {
+    if !hidden_from_review(c) {
+        out.push(c);
+    } else if c.is_control() {
+        out.extend(c.escape_debug());
+    } else {
+        out.extend(c.escape_unicode());
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +260,38 @@ mod tests {
             escape_controls("x\nDSH_HOME=/evil\t\u{1b}"),
             "x\\nDSH_HOME=/evil\\t\\u{1b}"
         );
+        assert!(matches!(escape_controls("ünïcödé ✓ é"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn what_can_reorder_or_hide_text_is_escaped_and_named() {
+        let hidden = [
+            '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200b}', '\u{200c}', '\u{200d}', '\u{200e}', '\u{200f}',
+            '\u{feff}', '\u{061c}', '\u{180e}', '\u{00ad}', '\u{2028}', '\u{2029}', '\u{85}', '\n',
+            '\t',
+        ];
+        for c in hidden {
+            assert!(hidden_from_review(c), "U+{:04X}", u32::from(c));
+            let text = format!("a{c}b");
+            let shown = escape_controls(&text);
+            assert!(!shown.contains(c), "{shown:?}");
+            assert_eq!(hidden_character(&text), Some(c));
+        }
+        assert_eq!(
+            escape_controls("evil\u{202e}gnp.exe"),
+            "evil\\u{202e}gnp.exe"
+        );
+        assert_eq!(escape_controls("a\u{2028}b"), "a\\u{2028}b");
+        assert_eq!(describe_control('\u{2066}'), "`\\u{2066}` (U+2066)");
+        assert_eq!(
+            describe_hidden('\u{202e}'),
+            "format character `\\u{202e}` (U+202E)"
+        );
+        assert_eq!(describe_hidden('\n'), "control character `\\n` (U+000A)");
+        for shown in ['a', ' ', '~', 'é', '\u{0301}', '\u{00a0}', '✓', '中'] {
+            assert!(!hidden_from_review(shown), "U+{:04X}", u32::from(shown));
+        }
     }
 
     #[test]

@@ -29,7 +29,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -72,6 +71,13 @@ pub struct TrustEntry {
     /// Whether an unsigned contributor is refused.
     #[serde(default)]
     pub require_signature: bool,
+}
+
+impl TrustEntry {
+    /// The trust these fields describe, checked.
+    pub fn trust(&self) -> Result<Trust, SignatureError> {
+        Trust::new(&self.keys, self.require_signature)
+    }
 }
 
 /// `[environment]`: what a command's child inherits, after Codex's
@@ -182,20 +188,17 @@ impl Manifest {
     }
 
     /// Every entry as a validated spec, in file order, with `grants.env`
-    /// values taken from `host_env`.
+    /// values taken from `host_env`. `[trust]` is checked too, but is not
+    /// part of a spec: it is the registry's ([`crate::Registry::with_trust`]).
     pub fn specs(&self, host_env: &HostEnv) -> Result<Vec<ContributorSpec>, ManifestError> {
-        let trust = Arc::new(self.trust()?);
+        self.trust()?;
         (self.contributors.iter())
             .map(|entry| {
-                let mut spec = (entry.to_spec(&self.base_dir, host_env)).map_err(|source| {
-                    ManifestError::Entry {
-                        path: self.origin.clone(),
-                        path_in_manifest: entry.label(),
-                        source,
-                    }
-                })?;
-                spec.trust = Arc::clone(&trust);
-                Ok(spec)
+                (entry.to_spec(&self.base_dir, host_env)).map_err(|source| ManifestError::Entry {
+                    path: self.origin.clone(),
+                    path_in_manifest: entry.label(),
+                    source,
+                })
             })
             .collect()
     }
@@ -210,11 +213,9 @@ impl Manifest {
 
     /// The validated `[trust]` table.
     pub fn trust(&self) -> Result<Trust, ManifestError> {
-        Trust::new(&self.trust.keys, self.trust.require_signature).map_err(|source| {
-            ManifestError::Trust {
-                path: self.origin.clone(),
-                source,
-            }
+        (self.trust.trust()).map_err(|source| ManifestError::Trust {
+            path: self.origin.clone(),
+            source,
         })
     }
 

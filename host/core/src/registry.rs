@@ -25,7 +25,7 @@ use crate::sandbox::{
     Call, ContributorComponent, GuestFailure, LoadError, Opening, Phase, Preparation, Prepared,
     Source,
 };
-use crate::signature::{SignatureError, Signer, read_signature};
+use crate::signature::{SignatureError, Signer, Trust, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
 use crate::store::{SIGNATURE_ANNOTATION, Store};
 
@@ -42,7 +42,7 @@ pub trait NativeContributor: Send + Sync + 'static {
 
 /// Why a contributor failed, naming it, the phase, and the cause.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("contributor `{contributor}`{keys} failed in {phase}: {cause}")]
+#[error("contributor `{}`{keys} failed in {phase}: {cause}", escape_controls(.contributor))]
 pub struct ContributorError {
     /// The contributor (its declared name, or its origin before it declared).
     pub contributor: String,
@@ -126,6 +126,16 @@ pub enum RegistryError {
     /// Its signature was refused.
     #[error(transparent)]
     Signature(#[from] SignatureError),
+    /// A manifest's `[trust]` is not the one the registry was built with.
+    #[error(
+        "manifest {}: its [trust] is not this registry's; open the registry with the \
+         manifest's trust (Registry::with_trust)",
+        escape_controls(.manifest)
+    )]
+    TrustMismatch {
+        /// The manifest.
+        manifest: String,
+    },
 }
 
 /// Refuses `bytes` unless their SHA-256 is `pin` (lowercase hex).
@@ -226,6 +236,9 @@ struct Inner {
     compiler: Arc<Compiler>,
     /// Which compiler a cache miss is compiled with.
     tiering: Mutex<Tiering>,
+    /// Whose signatures are trusted, and whether one is required: set when
+    /// the registry is built, applied to every registration.
+    trust: Arc<Trust>,
     /// Replaced whole on every change, so `collect` works on a stable snapshot.
     contributors: Mutex<Arc<BTreeMap<String, Arc<Entry>>>>,
     next_id: AtomicU64,
@@ -309,8 +322,23 @@ impl Registry {
     /// overlays carry `home`, with precompiled components kept in `cache`
     /// (e.g. one shared by short-lived homes).
     pub fn with_runtime(runtime: &Runtime, home: DshHome, cache: ArtifactCache) -> Self {
+        Self::with_trust(runtime, home, cache, Trust::default())
+    }
+
+    /// [`Registry::with_runtime`], registering only what `trust` admits
+    /// (usually a manifest's `[trust]`, [`Manifest::trust`]). It is the one
+    /// trust rule for every registration, however it is made: a manifest, a
+    /// spec, or a component from [`Registry::load_spec`]. Under a trust with
+    /// keys, a component loaded any other way is refused at registration.
+    pub fn with_trust(
+        runtime: &Runtime,
+        home: DshHome,
+        cache: ArtifactCache,
+        trust: Trust,
+    ) -> Self {
         Registry {
             inner: Arc::new(Inner {
+                trust: Arc::new(trust),
                 runtime: runtime.clone(),
                 cache,
                 compiler: Arc::default(),
@@ -320,6 +348,11 @@ impl Registry {
                 next_id: AtomicU64::new(1),
             }),
         }
+    }
+
+    /// Whose signatures this registry trusts, and whether it requires one.
+    pub fn trust(&self) -> &Trust {
+        &self.inner.trust
     }
 
     /// The home every overlay carries.
@@ -417,12 +450,23 @@ impl Registry {
     /// first failure (in manifest order), the ones already registered are
     /// removed again. Components are loaded in parallel, then registered in
     /// order. `grants.env` values come from `host_env` (usually
-    /// [`HostEnv::from_process`]).
+    /// [`HostEnv::from_process`]). The registry's trust applies to every
+    /// entry: a manifest whose `[trust]` says otherwise is refused.
     pub async fn register_manifest(
         &self,
         manifest: &Manifest,
         host_env: &HostEnv,
     ) -> Result<Vec<Registration>, RegistryError> {
+        let trust = manifest
+            .trust()
+            .map_err(|e| RegistryError::Manifest(Arc::new(e)))?;
+        // Without a [trust] table the manifest says nothing, and the
+        // registry's own trust stands.
+        if trust != Trust::default() && trust != *self.inner.trust {
+            return Err(RegistryError::TrustMismatch {
+                manifest: manifest.origin.clone(),
+            });
+        }
         let specs = (manifest.specs(host_env)).map_err(|e| RegistryError::Manifest(Arc::new(e)))?;
         let loaded = parallel_map(&specs, |spec| self.load_spec(spec));
         let mut registrations = Vec::with_capacity(loaded.len());
@@ -441,8 +485,11 @@ impl Registry {
     ///
     /// A pinned (`sha256`) or signed-under-`[trust]` component is read and
     /// checked at every load, and the bytes that passed are the ones
-    /// compiled: no cached file identity stands in for the check.
+    /// compiled: no cached file identity stands in for the check. The
+    /// signature is checked under the registry's trust
+    /// ([`Registry::with_trust`]).
     pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, RegistryError> {
+        let trust = &self.inner.trust;
         let origin = spec.origin();
         let signature_location = (spec.signature.as_deref())
             .map(|path| path.display().to_string())
@@ -464,15 +511,15 @@ impl Registry {
                 check_pin(&origin, bytes, pin)?;
             }
             let signature = read_signature()?;
-            Ok((spec.trust).check(&origin, bytes, signature.as_deref(), &signature_location)?)
+            Ok(trust.check(&origin, bytes, signature.as_deref(), &signature_location)?)
         };
         let (component, signer) = match &spec.source {
-            ContributorSource::File(path) if spec.sha256.is_none() && !spec.trust.is_active() => {
+            ContributorSource::File(path) if spec.sha256.is_none() && !trust.is_active() => {
                 // Nothing to check on the bytes: the cache may map the file
                 // by its identity. A signature is still reported.
                 let signature = read_signature()?;
                 let signer =
-                    (spec.trust).check(&origin, &[], signature.as_deref(), &signature_location)?;
+                    trust.check(&origin, &[], signature.as_deref(), &signature_location)?;
                 (self.load_file_with(path, &spec.limits)?, signer)
             }
             ContributorSource::File(path) => {
@@ -502,7 +549,7 @@ impl Registry {
                 let location =
                     format!("the {SIGNATURE_ANNOTATION} annotation of its image manifest");
                 let signature = artifact.signature.as_deref();
-                let signer = (spec.trust).check(&origin, &artifact.wasm, signature, &location)?;
+                let signer = trust.check(&origin, &artifact.wasm, signature, &location)?;
                 (
                     self.load_bytes_with(&origin, &artifact.wasm, &spec.limits)?,
                     signer,
@@ -513,7 +560,7 @@ impl Registry {
             .with_config(spec.config.clone())
             .with_grants(spec.grants.clone())
             .with_on_error(spec.on_error)
-            .with_signer(signer))
+            .checked(signer, Arc::clone(trust)))
     }
 
     /// Loads and registers the contributor `spec` describes.
@@ -546,6 +593,7 @@ impl Registry {
         &self,
         component: ContributorComponent,
     ) -> Result<Registration, RegistryError> {
+        self.admit(&component)?;
         let raw = self.remembered_declaration(&component).await?;
         let (limits, on_error) = (component.limits().clone(), component.on_error());
         let resolver = Resolver::Wasm(Box::new(WasmResolver {
@@ -554,6 +602,24 @@ impl Registry {
             unsuitable: AtomicBool::new(false),
         }));
         self.insert(raw, resolver, limits, on_error)
+    }
+
+    /// The trust rule at registration: under a trust with keys, only a
+    /// component whose signature was checked under this same trust (by
+    /// [`Registry::load_spec`]) is registered. A component loaded with
+    /// [`Registry::load_file`] or [`Registry::load_bytes`], or under another
+    /// registry's trust, was not.
+    fn admit(&self, component: &ContributorComponent) -> Result<(), SignatureError> {
+        let trust = &self.inner.trust;
+        if !trust.is_active() {
+            return Ok(());
+        }
+        match component.checked_under() {
+            Some(checked) if Arc::ptr_eq(checked, trust) || **checked == **trust => Ok(()),
+            _ => Err(SignatureError::Unchecked {
+                origin: component.origin().to_string(),
+            }),
+        }
     }
 
     /// Runs `declare` and reports every rule the declaration breaks, alone

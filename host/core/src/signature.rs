@@ -113,7 +113,9 @@ pub enum SignatureError {
     NoKeys,
     /// A signature is required and there is none.
     #[error(
-        "{origin} is not signed ({signature} not found), and the manifest requires a signature"
+        "{} is not signed ({} not found), and the manifest requires a signature",
+        escape_controls(.origin),
+        escape_controls(.signature)
     )]
     Unsigned {
         /// The component.
@@ -122,7 +124,12 @@ pub enum SignatureError {
         signature: String,
     },
     /// The signature file could not be read or parsed.
-    #[error("{origin}: its signature {signature} cannot be used: {reason}")]
+    #[error(
+        "{}: its signature {} cannot be used: {}",
+        escape_controls(.origin),
+        escape_controls(.signature),
+        escape_controls(.reason)
+    )]
     Malformed {
         /// The component.
         origin: String,
@@ -132,22 +139,38 @@ pub enum SignatureError {
         reason: String,
     },
     /// Signed by a key the manifest does not trust.
-    #[error("{origin} is signed by key {key_id}, which is not in [trust] keys")]
+    #[error(
+        "{} is signed by key {key_id}, which is not in [trust] keys",
+        escape_controls(.origin)
+    )]
     UntrustedKey {
         /// The component.
         origin: String,
         /// The key that signed it.
         key_id: KeyId,
     },
-    /// The signature does not match the bytes.
+    /// The signature does not match the bytes (under any trusted key with
+    /// the id it names).
     #[error(
-        "{origin}: its signature by key {key_id} does not verify: the file is not what was signed"
+        "{}: its signature by key {key_id} does not verify: the file is not what was signed",
+        escape_controls(.origin)
     )]
     Invalid {
         /// The component.
         origin: String,
         /// The key the signature names.
         key_id: KeyId,
+    },
+    /// Under a trust with keys, a component whose signature was not checked
+    /// under that trust was given to a registry.
+    #[error(
+        "{} was loaded without this registry's [trust] check; load it with \
+         Registry::load_spec (or register_spec) to check its signature",
+        escape_controls(.origin)
+    )]
+    Unchecked {
+        /// The component.
+        origin: String,
     },
 }
 
@@ -220,20 +243,22 @@ impl Trust {
         }
         let parsed = Signature::decode(text).map_err(|_| malformed("not a minisign signature"))?;
         let key_id = key_id.ok_or_else(|| malformed("not a minisign signature"))?;
-        let trusted = (self.keys.iter().find(|k| k.id == key_id)).ok_or_else(|| {
-            SignatureError::UntrustedKey {
+        // Whoever makes a key chooses its id, so several trusted keys may
+        // share one: each of them is tried, and one that verifies is enough.
+        let mut candidates = self.keys.iter().filter(|k| k.id == key_id).peekable();
+        if candidates.peek().is_none() {
+            return Err(SignatureError::UntrustedKey {
                 origin: origin.to_string(),
                 key_id,
-            }
-        })?;
+            });
+        }
         // Legacy (non-prehashed) signatures are refused, as minisign 0.11 does.
-        trusted
-            .key
-            .verify(bytes, &parsed, false)
-            .map_err(|_| SignatureError::Invalid {
+        if !candidates.any(|trusted| trusted.key.verify(bytes, &parsed, false).is_ok()) {
+            return Err(SignatureError::Invalid {
                 origin: origin.to_string(),
                 key_id,
-            })?;
+            });
+        }
         Ok(Signer::Trusted {
             key_id,
             trusted_comment: parsed.trusted_comment().to_string(),

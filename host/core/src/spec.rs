@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -15,7 +14,6 @@ use serde::Deserialize;
 use crate::cache::sha256_hex;
 use crate::input::escape_controls;
 use crate::limits::Limits;
-use crate::signature::Trust;
 use crate::store::{OciReference, ReferenceError};
 
 /// What happens to an execution when a contributor fails.
@@ -98,10 +96,9 @@ pub struct ContributorSpec {
     /// The SHA-256 the component's bytes must have (lowercase hex), if pinned.
     pub sha256: Option<String>,
     /// Where its minisign signature may be (for a file: the file's path
-    /// plus `.minisig`).
+    /// plus `.minisig`). Whose signatures are trusted is not the spec's to
+    /// say: that is the registry's ([`crate::Registry::with_trust`]).
     pub signature: Option<PathBuf>,
-    /// Whose signatures are trusted; the default checks none.
-    pub trust: Arc<Trust>,
 }
 
 impl ContributorSpec {
@@ -132,7 +129,6 @@ impl ContributorSpec {
             on_error: OnError::default(),
             sha256: None,
             signature: None,
-            trust: Arc::default(),
         }
     }
 
@@ -318,7 +314,6 @@ impl ContributorEntry {
         };
         Ok(ContributorSpec {
             signature,
-            trust: Arc::default(),
             source,
             config: self.config()?,
             limits: self.limits()?,

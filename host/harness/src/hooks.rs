@@ -44,6 +44,7 @@ use serde_json::{Value, json};
 use crate::executor::{LocalExecutor, ShellExecRequest, ShellExecutor};
 use crate::session::Session;
 use dsh_env::execution::ToolExecution;
+use dsh_env::input::escape_controls;
 use dsh_env::registry::Registry;
 
 /// Whose payload shape to send.
@@ -289,7 +290,7 @@ impl Hooks {
                     if hook.kind != "command" {
                         return Err(error(format!(
                             "{event}: hook type `{}` is not supported (only `command`)",
-                            hook.kind.escape_debug()
+                            escape_controls(&hook.kind)
                         )));
                     }
                     if hook.command.trim().is_empty() {
@@ -299,7 +300,7 @@ impl Hooks {
                         return Err(error(format!(
                             "{event}: the `if` field of hook `{}` is not supported; \
                              filter in the hook's command instead",
-                            hook.command.escape_debug()
+                            escape_controls(&hook.command)
                         )));
                     }
                 }
@@ -470,10 +471,10 @@ impl<E: ShellExecutor> Hooks<E> {
             tracing::warn!(
                 "{} hook `{}` failed (exit {:?}, timed out: {}): {}",
                 run.event,
-                run.command.escape_debug(),
+                escape_controls(&run.command),
                 run.exit_code,
                 run.timed_out,
-                run.stderr.trim().escape_debug()
+                escape_controls(run.stderr.trim())
             );
         }
         run

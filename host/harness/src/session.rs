@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use dsh_env::execution::Agent;
+use dsh_env::input::escape_controls;
 
 /// How a session came from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,7 +185,7 @@ pub enum SessionError {
     /// The id is not a session id, so the store names no file for it.
     #[error(
         "invalid session id `{}`: a session id is a lowercase, hyphenated UUID",
-        id.escape_debug()
+        escape_controls(id)
     )]
     InvalidId {
         /// The id, as given.
@@ -292,7 +293,7 @@ fn load_file(path: &Path, id: &str) -> Result<Session, SessionError> {
             1,
             format!(
                 "the header's id `{}` is not the file's",
-                header.header.id.escape_debug()
+                escape_controls(&header.header.id)
             ),
         ));
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
 use dsh_env::execution::{Mode, ToolExecution};
+use dsh_env::input::escape_controls;
 use dsh_env::registry::{ContributorError, Registry};
 
 /// The tool's name.
@@ -148,7 +149,7 @@ impl<E: ShellExecutor> BashTool<E> {
             return BashToolError::Exec(err);
         }
         let holders: Vec<String> = (self.registry.runtime().descriptor_holders().into_iter())
-            .map(|(name, count)| format!("`{}`: {count}", name.escape_debug()))
+            .map(|(name, count)| format!("`{}`: {count}", escape_controls(&name)))
             .collect();
         BashToolError::OutOfDescriptors {
             source: err,

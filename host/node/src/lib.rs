@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::escape_controls;
-use dsh_env::manifest::EnvironmentEntry;
+use dsh_env::manifest::{EnvironmentEntry, TrustEntry};
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, Manifest, RegistryError, Runtime, ToolExecution,
@@ -57,7 +57,7 @@ fn refused(err: &RegistryError) -> Error {
         RegistryError::Load(_) => "DSH_LOAD",
         RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
         RegistryError::Declaration(_) => "DSH_DECLARATION",
-        RegistryError::Manifest(_) => "DSH_MANIFEST",
+        RegistryError::Manifest(_) | RegistryError::TrustMismatch { .. } => "DSH_MANIFEST",
         RegistryError::Changed { .. } => "DSH_CHANGED",
         RegistryError::Signature(_) => "DSH_SIGNATURE",
     };
@@ -110,13 +110,35 @@ type Held = Arc<Mutex<HashMap<u64, dsh_env::Registration>>>;
 impl Registry {
     /// Opens a registry. `home` is the harness home (default: `$DSH_HOME`,
     /// then `~/.dsh`); `compiler` the `dsh-env-compile` helper (default:
-    /// `$DSH_ENV_COMPILER`, then `PATH`).
+    /// `$DSH_ENV_COMPILER`, then `PATH`); `trust` a manifest's `[trust]`
+    /// (`keys`, `require_signature`), which every registration then passes;
+    /// `manifest` a manifest whose `[trust]` (and `home`, after the `home`
+    /// option) the registry takes, so that `register_manifest` can register it.
     #[napi(factory)]
     pub fn open(
         home: Option<String>,
         compiler: Option<String>,
         environment: Option<Value>,
+        trust: Option<Value>,
+        manifest: Option<String>,
     ) -> Result<Registry> {
+        let manifest = manifest.map(|path| read_manifest(&path)).transpose()?;
+        let trust = match (trust, &manifest) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "trust: give it in the manifest's [trust] or as the trust option, not both",
+                ));
+            }
+            (None, Some(manifest)) => manifest
+                .trust()
+                .map_err(|e| failure(&e, "DSH_MANIFEST", Culprit::default()))?,
+            (None, None) => dsh_env::Trust::default(),
+            (Some(value), None) => {
+                let entry: TrustEntry =
+                    (serde_json::from_value(value)).map_err(|e| invalid(format!("trust: {e}")))?;
+                (entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?
+            }
+        };
         let environment = match environment {
             None => EnvironmentPolicy::default(),
             Some(value) => {
@@ -125,16 +147,17 @@ impl Registry {
                 (entry.policy()).map_err(|e| invalid(format!("environment: {e}")))?
             }
         };
-        let explicit: Vec<HomeSetting> = (home.into_iter())
+        let mut explicit: Vec<HomeSetting> = (home.into_iter())
             .map(|path| HomeSetting {
                 origin: "the home option".into(),
                 path,
             })
             .collect();
+        explicit.extend(manifest.as_ref().and_then(Manifest::home_setting));
         let home = DshHome::resolve(&explicit, &HomeContext::from_process())
             .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
         let cache = ArtifactCache::new(home.path().join("cache"));
-        let inner = dsh_env::Registry::with_runtime(runtime()?, home, cache);
+        let inner = dsh_env::Registry::with_trust(runtime()?, home, cache, trust);
         // A harness lives for a session: Winch code at once, Cranelift's
         // when it is ready.
         inner.set_tiering(dsh_env::Tiering::Background);
@@ -182,13 +205,7 @@ impl Registry {
     /// one it was opened with.
     #[napi(ts_return_type = "Promise<Array<Registration>>")]
     pub async fn register_manifest(&self, path: String) -> Result<Vec<Registration>> {
-        let manifest = Manifest::from_file(path.as_ref()).map_err(|e| {
-            let culprit = Culprit {
-                file: Some(path.clone()),
-                ..Culprit::default()
-            };
-            failure(&e, "DSH_MANIFEST", culprit)
-        })?;
+        let manifest = read_manifest(&path)?;
         let registry = self.inner.clone();
         // Loading may compile in a child process: a blocking wait, kept off
         // the runtime's workers; registering runs `declare` in the sandbox.
@@ -391,6 +408,17 @@ impl Registration {
         // Unregistered here, outside the lock.
         drop(taken);
     }
+}
+
+/// The manifest at `path`, or a `DSH_MANIFEST` error naming it.
+fn read_manifest(path: &str) -> Result<Manifest> {
+    Manifest::from_file(path.as_ref()).map_err(|e| {
+        let culprit = Culprit {
+            file: Some(path.to_string()),
+            ..Culprit::default()
+        };
+        failure(&e, "DSH_MANIFEST", culprit)
+    })
 }
 
 /// Makes the next call's instances on the runtime, one preparation at a time

@@ -3,7 +3,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { dshEnv, execution, guest, openRegistry, puppet } from './fixture.mjs';
+import {
+  dshEnv,
+  execution,
+  guest,
+  guestCopy,
+  openRegistry,
+  puppet,
+  scratch,
+  signingKey,
+} from './fixture.mjs';
 
 test('a child execution gets its parent from agent-lineage', async () => {
   const registry = openRegistry();
@@ -178,6 +187,42 @@ test('the environment option sets what exec\'s commands inherit, and a bad one i
     () => openRegistry({ environment: { inherrit: 'none' } }),
     (error) => error.code === 'DSH_INVALID_ARGUMENT' && /inherrit/.test(error.message),
   );
+});
+
+test('the trust option holds for every registration: unsigned refused, signed taken, unknown fields refused', async () => {
+  const dir = scratch();
+  const author = signingKey(dir, 'author');
+  const lineage = guestCopy('agent_lineage', dir);
+  const registry = openRegistry({ trust: { keys: [author.public], requireSignature: true } });
+  await assert.rejects(registry.register(lineage), (error) => {
+    assert.ok(error instanceof dshEnv.RegistrationError, String(error));
+    assert.equal(error.code, 'DSH_SIGNATURE');
+    assert.match(error.message, /agent_lineage\.wasm is not signed .*requires a signature/);
+    assert.equal(error.file, lineage);
+    return true;
+  });
+  // A registration cannot bring a trust of its own.
+  await assert.rejects(registry.register(lineage, { trust: { keys: [] } }), (error) => {
+    assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+    assert.match(error.message, /unknown field `trust`/);
+    return true;
+  });
+  author.sign(lineage);
+  const registration = await registry.register(lineage);
+  assert.equal(registration.name, 'agent-lineage');
+  const [listing] = registry.contributors();
+  assert.equal(listing.signer.status, 'trusted', JSON.stringify(listing));
+  for (const [trust, why] of [
+    [{ keys: [author.public], requireSignatures: true }, /unknown field `require_signatures`/],
+    [{ keys: [], requireSignature: true }, /trust\.keys is empty/],
+    [{ keys: ['not-a-key'] }, /trust\.keys\[0\] is not a minisign public key/],
+  ]) {
+    assert.throws(
+      () => openRegistry({ trust }),
+      (error) => error.code === 'DSH_INVALID_ARGUMENT' && why.test(error.message),
+      JSON.stringify(trust),
+    );
+  }
 });
 
 test('a busy contributor never holds the event loop past an epoch tick', async () => {

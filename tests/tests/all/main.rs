@@ -21,3 +21,4 @@ mod prepared;
 mod recorder;
 mod registry;
 mod tiering;
+mod trust;

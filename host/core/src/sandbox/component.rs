@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use sha2::{Digest, Sha256};
 
 use super::contract::Pre;
+use crate::input::escape_controls;
 use crate::limits::Limits;
-use crate::signature::Signer;
+use crate::signature::{Signer, Trust};
 use crate::spec::{Grants, OnError};
 
 /// A compiled contributor component, ready to be instantiated per call.
@@ -24,6 +25,9 @@ pub struct ContributorComponent {
     pub(super) on_error: OnError,
     pub(super) grants: Grants,
     pub(super) signer: Signer,
+    /// The trust its signature was checked under, by
+    /// [`crate::Registry::load_spec`]; `None` when nothing was checked.
+    pub(super) checked_under: Option<Arc<Trust>>,
     /// Keeps its cache entry from this process's evictions while it lives.
     pub(super) _held: crate::cache::Held,
     /// The engine of the code it was loaded with, whose cache entry its
@@ -94,10 +98,18 @@ impl ContributorComponent {
         &self.grants
     }
 
-    /// The same component, recorded as signed by `signer`.
-    pub fn with_signer(mut self, signer: Signer) -> Self {
+    /// The same component, recorded as signed by `signer`, as `trust`
+    /// found when it checked the component's bytes. Crate-private, so that
+    /// no caller can pass off an unchecked component as checked.
+    pub(crate) fn checked(mut self, signer: Signer, trust: Arc<Trust>) -> Self {
         self.signer = signer;
+        self.checked_under = Some(trust);
         self
+    }
+
+    /// The trust its signature was checked under, if it was.
+    pub(crate) fn checked_under(&self) -> Option<&Arc<Trust>> {
+        self.checked_under.as_ref()
     }
 
     /// The SHA-256 of its bytes (lowercase hex).
@@ -360,7 +372,11 @@ pub(crate) enum Source<'a> {
 
 /// Why a component could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("cannot load contributor component {origin}: {reason}")]
+#[error(
+    "cannot load contributor component {}: {}",
+    escape_controls(.origin),
+    escape_controls(.reason)
+)]
 pub struct LoadError {
     /// The file or label.
     pub origin: String,

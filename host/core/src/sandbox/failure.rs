@@ -45,7 +45,7 @@ pub enum GuestFailure {
     Fuel(u64),
     /// Any other trap (a panic, an uncaught exception), with the end of
     /// what the guest wrote to stderr before it: its own account of why.
-    #[error("trap: {}{}", .trap.escape_debug(), LastWords(.last_words))]
+    #[error("trap: {}{}", escape_controls(.trap), LastWords(.last_words))]
     Trap {
         /// The trap, as wasmtime names it.
         trap: String,
@@ -53,10 +53,10 @@ pub enum GuestFailure {
         last_words: Option<String>,
     },
     /// `resolve` returned `err(message)`.
-    #[error("guest error: {}", .0.escape_debug())]
+    #[error("guest error: {}", escape_controls(.0))]
     GuestError(String),
     /// No instance could be created.
-    #[error("cannot instantiate: {}", .0.escape_debug())]
+    #[error("cannot instantiate: {}", escape_controls(.0))]
     Instantiate(String),
 }
 

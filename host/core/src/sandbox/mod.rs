@@ -382,6 +382,7 @@ impl Sandbox {
             on_error: OnError::default(),
             grants: Grants::default(),
             signer: crate::signature::Signer::Unsigned,
+            checked_under: None,
             _held: held,
             engine: engine.clone(),
         })

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use dsh_env::{Declaration, DshKey, Limits, OutputProblem, RESERVED_KEYS, RawDeclaration};
 use dsh_env_tests::rules::{
-    declaration_is_sound, key_is_reserved, key_is_valid, output_is_sound, text_is_clean,
+    declaration_is_sound, is_hidden, key_is_reserved, key_is_valid, output_is_sound, text_is_clean,
 };
 
 use super::case::{CaseGuard, each_case};
@@ -250,4 +250,18 @@ fn fuzz_key_rule() {
 /// Whether a printed message could not paint on a terminal or split a log line.
 fn is_one_safe_line(message: &str) -> bool {
     !message.chars().any(char::is_control)
+}
+
+/// The host's display rule (ICU's categories) and the oracle's own table
+/// agree on every code point.
+#[test]
+fn the_display_rule_matches_the_oracle_on_every_character() {
+    for c in (0..=0x10ffff).filter_map(char::from_u32) {
+        assert_eq!(
+            dsh_env::input::hidden_from_review(c),
+            is_hidden(c),
+            "U+{:04X}",
+            u32::from(c)
+        );
+    }
 }
