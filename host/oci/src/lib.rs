@@ -518,7 +518,7 @@ impl Registry {
         }
         let started = self.request(Method::POST, self.url("blobs/uploads/")?);
         let started = self.success(self.send(started).await?, "upload").await?;
-        let location = (started.headers().get(LOCATION))
+        let mut location = (started.headers().get(LOCATION))
             .and_then(|value| value.to_str().ok())
             .and_then(|location| started.url().join(location).ok())
             .ok_or_else(|| OciProblem::Status {
@@ -526,7 +526,6 @@ impl Registry {
                 what: "upload",
                 detail: ", with no usable Location".into(),
             })?;
-        let mut location = location;
         if let Some(refused) = refuse_plain_http(&location, self.plain_host.as_deref()) {
             return Err(OciProblem::PlainHttp { url: refused.0 });
         }
