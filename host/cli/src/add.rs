@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use dsh_env::input::{MAX_MANIFEST_BYTES, ReadProblem, escape_controls, read_regular_text};
 use dsh_env::store::OCI_SCHEME;
 use dsh_env::{
-    ContributorComponent, ContributorEntry, HostEnv, Manifest, OciReference,
-    RawDeclaration, Registry, Store, atomic_file,
+    ContributorComponent, ContributorEntry, HostEnv, Manifest, OciReference, RawDeclaration,
+    Registry, Store, atomic_file,
 };
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
 

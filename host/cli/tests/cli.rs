@@ -2527,7 +2527,11 @@ fn a_refused_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifest
         .unwrap();
     let output = add("dsh/junk:v1");
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(stderr(&output).contains("dsh/junk@sha256:"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("dsh/junk@sha256:"),
+        "{}",
+        stderr(&output)
+    );
     assert_eq!(stored_blobs(&f), Vec::<String>::new());
     // Refused by [trust], and declined on a terminal.
     let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
@@ -2568,17 +2572,27 @@ fn a_refused_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifest
     let swept = gc(&["--manifest", m]);
     assert!(swept.contains("removed 3 blobs"), "{swept}");
     let lineage_sha = sha256_of(AGENT_LINEAGE);
-    assert!(swept.contains(&format!("removed {lineage_sha}  ")), "{swept}");
+    assert!(
+        swept.contains(&format!("removed {lineage_sha}  ")),
+        "{swept}"
+    );
     let left = stored_blobs(&f);
     assert_eq!(left.len(), 3, "{left:?}");
     assert!(left.iter().all(|blob| !first.contains(blob)), "{left:?}");
     let mut args = f.with_setup("resolve", m, &home);
     args.extend(["--execution", "execution.json"]);
     let output = f.run(&args, &[]);
-    assert!(stdout(&output).contains("DSH_TRACEPARENT="), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("DSH_TRACEPARENT="),
+        "{}",
+        stderr(&output)
+    );
 
     // A manifest that cannot be read removes nothing.
-    let output = f.run(&["store", "gc", "--home", &home, "--manifest", "missing.toml"], &[]);
+    let output = f.run(
+        &["store", "gc", "--home", &home, "--manifest", "missing.toml"],
+        &[],
+    );
     assert_config_error(&output, &["missing.toml"]);
     assert_eq!(stored_blobs(&f), left);
 }
@@ -2630,7 +2644,11 @@ fn add_and_push_meet_the_network_deadline_and_quote_little_of_a_flood() {
             _ => add(&["--network-timeout-secs", flag], &[]),
         };
         assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-        assert!(stderr(&output).contains("--network-timeout-secs"), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("--network-timeout-secs"),
+            "{}",
+            stderr(&output)
+        );
     }
 }
 

@@ -593,7 +593,11 @@ impl Store {
         let mut live = std::collections::HashSet::new();
         for hex in roots {
             if let Some(manifest) = self.stored_manifest(hex) {
-                live.extend([hex.to_string(), manifest.config_digest, manifest.layer_digest]);
+                live.extend([
+                    hex.to_string(),
+                    manifest.config_digest,
+                    manifest.layer_digest,
+                ]);
             }
         }
         let mut sweep = Sweep::default();

@@ -293,7 +293,8 @@ pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled
                 cap: MAX_CONFIG_BYTES,
             });
         }
-        let config = (registry.blob("config", &manifest.config_digest, manifest.config_size)).await?;
+        let config =
+            (registry.blob("config", &manifest.config_digest, manifest.config_size)).await?;
         let wasm = (registry.blob("layer", &manifest.layer_digest, manifest.layer_size)).await?;
         Ok(Pulled {
             artifact: StoredArtifact {
@@ -431,7 +432,10 @@ impl Registry {
 
     /// Sends `request`; a transport failure (or a refused redirect) is the
     /// error.
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, OciProblem> {
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, OciProblem> {
         request.send().await.map_err(|e| self.unreachable(&e))
     }
 
@@ -463,9 +467,8 @@ impl Registry {
             .filter_map(|value| value.to_str().ok())
             .collect::<Vec<_>>()
             .join(", ");
-        let (realm, service) = bearer_challenge(&header).ok_or_else(|| {
-            OciProblem::NeedsCredentials(excerpt(header.as_bytes(), false))
-        })?;
+        let (realm, service) = bearer_challenge(&header)
+            .ok_or_else(|| OciProblem::NeedsCredentials(excerpt(header.as_bytes(), false)))?;
         let mut realm = Url::parse(&realm)
             .ok()
             .filter(|url| matches!(url.scheme(), "http" | "https"))
@@ -477,7 +480,10 @@ impl Registry {
             })?;
         {
             let mut query = realm.query_pairs_mut();
-            query.append_pair("scope", &format!("repository:{}:{actions}", self.repository));
+            query.append_pair(
+                "scope",
+                &format!("repository:{}:{actions}", self.repository),
+            );
             if let Some(service) = &service {
                 query.append_pair("service", service);
             }
@@ -581,7 +587,9 @@ impl Registry {
     /// SHA-256 is `hex`. Reading stops past `size`.
     async fn blob(&self, what: &'static str, hex: &str, size: u64) -> Result<Vec<u8>, OciProblem> {
         let url = self.url(&format!("blobs/sha256:{hex}"))?;
-        let response = self.found(self.request(Method::GET, url), what, what).await?;
+        let response = self
+            .found(self.request(Method::GET, url), what, what)
+            .await?;
         let bytes = read_capped(response, what, size).await?;
         if bytes.len() as u64 != size {
             return Err(OciProblem::TooSmall {

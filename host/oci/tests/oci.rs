@@ -352,7 +352,9 @@ async fn a_token_endpoint_that_never_stops_talking_is_cut_at_its_cap() {
         .find(|request| request.path() == "/token")
         .unwrap();
     assert!(
-        token.target.contains("scope=repository%3Adsh%2Fendless%3Apull&service=hostile"),
+        token
+            .target
+            .contains("scope=repository%3Adsh%2Fendless%3Apull&service=hostile"),
         "{}",
         token.target
     );
@@ -370,7 +372,10 @@ async fn a_token_endpoint_that_never_stops_talking_is_cut_at_its_cap() {
         }
     );
     let message = error.to_string();
-    assert!(message.len() < SHORT && message.ends_with("xxx…`"), "{message}");
+    assert!(
+        message.len() < SHORT && message.ends_with("xxx…`"),
+        "{message}"
+    );
     assert!(is_empty(&store));
 }
 
@@ -426,7 +431,10 @@ async fn huge_error_answers_on_push_and_pull_are_quoted_in_a_short_excerpt() {
     );
     for error in [error, error2, error3] {
         let message = error.to_string();
-        assert!(message.len() < SHORT && message.ends_with("xxx…`"), "{message}");
+        assert!(
+            message.len() < SHORT && message.ends_with("xxx…`"),
+            "{message}"
+        );
     }
 }
 
@@ -508,9 +516,8 @@ async fn a_redirect_never_takes_a_pull_to_plain_http_elsewhere_nor_the_token_wit
     // The registry given --plain-http may be plain HTTP itself (its token
     // realm too), and a redirect to loopback is followed, without the token.
     let port = server.port();
-    let named = |rest: &str| {
-        OciReference::parse(&format!("oci://{ELSEWHERE}:{port}/{rest}")).unwrap()
-    };
+    let named =
+        |rest: &str| OciReference::parse(&format!("oci://{ELSEWHERE}:{port}/{rest}")).unwrap();
     let plain = Options {
         plain_http: true,
         ..options.clone()
@@ -543,7 +550,13 @@ async fn a_redirect_never_takes_a_pull_to_plain_http_elsewhere_nor_the_token_wit
 #[tokio::test]
 async fn a_token_realm_on_plain_http_elsewhere_is_refused() {
     let server = HostileServer::start(|request| {
-        let port = request.header("host").unwrap().rsplit_once(':').unwrap().1.to_string();
+        let port = request
+            .header("host")
+            .unwrap()
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .to_string();
         match request.path() {
             "/v2/" => challenge(&format!("http://{ELSEWHERE}:{port}/token")),
             _ => Reply::text(200, r#"{"token":"t"}"#),
