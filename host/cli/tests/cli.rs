@@ -2432,7 +2432,7 @@ fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_regis
 }
 
 #[test]
-fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
+fn add_refuses_an_unsigned_badly_signed_or_broken_oci_source_and_stores_none_of_it() {
     let f = Fixture::new();
     let registry = dsh_env_test_registry::TestRegistry::start();
     let author = SigningKey::new(&f, "author");
@@ -2483,9 +2483,31 @@ fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
         &add("dsh/forged:v1"),
         &["dsh/forged@sha256:", &author.id, "does not verify"],
     );
+
+    // Not a component (`push` refuses one, the library does not).
+    let junk = format!("oci://{}/dsh/junk:v1", registry.host());
+    let junk = dsh_env::OciReference::parse(&junk).unwrap();
+    let options = dsh_env_oci::Options::default();
+    let pushed = dsh_env_oci::push(b"\0asm, and then junk", None, &junk, &options);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(pushed)
+        .unwrap();
+    let output = add("dsh/junk:v1");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("dsh/junk@sha256:"),
+        "{}",
+        stderr(&output)
+    );
     assert_eq!(
         std::fs::read_to_string(&manifest).unwrap(),
         requiring(&author)
+    );
+    assert_eq!(
+        stored_blobs(&f),
+        Vec::<String>::new(),
+        "a refused pull leaves nothing in the store"
     );
 }
 
@@ -2502,57 +2524,33 @@ fn stored_blobs(f: &Fixture) -> Vec<String> {
 }
 
 #[test]
-fn a_refused_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifest_pins() {
+fn a_declined_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifest_pins() {
     let f = Fixture::new();
     let registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(&f, "author");
-    let manifest = f.write("m.toml", &requiring(&author));
+    let manifest = f.write("m.toml", "");
     let (m, home) = (manifest.to_str().unwrap(), f.home());
-    let oci = |target: &str| format!("oci://{}/{target}", registry.host());
-    let add = |target: &str| {
-        let reference = oci(target);
+    let tagged = format!("oci://{}/dsh/tool:v1", registry.host());
+    let add = || {
         f.run(
-            &["add", &reference, "--manifest", m, "--home", &home, "--yes"],
+            &["add", &tagged, "--manifest", m, "--home", &home, "--yes"],
             &[],
         )
     };
-
-    // Not a component (`push` refuses one, the library does not).
-    let junk = dsh_env::OciReference::parse(&oci("dsh/junk:v1")).unwrap();
-    let options = dsh_env_oci::Options::default();
-    let pushed = dsh_env_oci::push(b"\0asm, and then junk", None, &junk, &options);
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(pushed)
-        .unwrap();
-    let output = add("dsh/junk:v1");
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("dsh/junk@sha256:"),
-        "{}",
-        stderr(&output)
-    );
-    assert_eq!(stored_blobs(&f), Vec::<String>::new());
-    // Refused by [trust], and declined on a terminal.
     let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
     let target = format!("{}/dsh/tool:v1", registry.host());
     assert!(push(&f, &lineage, &target, &[]).status.success());
-    assert_config_error(&add("dsh/tool:v1"), &["is not signed"]);
-    assert_eq!(stored_blobs(&f), Vec::<String>::new());
-    f.write("m.toml", "");
-    let tagged = oci("dsh/tool:v1");
     let declined = f.on_terminal(&["add", &tagged, "--manifest", m, "--home", &home], "n\n");
     assert_eq!(declined.status.code(), Some(1), "{}", stdout(&declined));
     assert_eq!(stored_blobs(&f), Vec::<String>::new());
 
     // Accepted, then the tag moves and `add` re-pins: the first artifact
     // stays in the store, pinned by nothing.
-    assert!(add("dsh/tool:v1").status.success());
+    assert!(add().status.success());
     let first = stored_blobs(&f);
     assert_eq!(first.len(), 3, "manifest, config, layer: {first:?}");
     let trace = component_copy(&f, CALL_TRACE, "trace.wasm");
     assert!(push(&f, &trace, &target, &[]).status.success());
-    assert!(add("dsh/tool:v1").status.success());
+    assert!(add().status.success());
     assert_eq!(stored_blobs(&f).len(), 6);
     let store = dsh_env::Store::new(f.path("home/store"));
     let orphan = store.put_blob(b"a blob no manifest references").unwrap();
