@@ -6,8 +6,9 @@
 //! grants reviewed); loading refuses either change until `add` runs again.
 //!
 //! The source is a file, or `oci://<registry>/<repository>:<tag>` (or
-//! `@sha256:<digest>`): that is pulled into the home's store (verified,
-//! capped), reviewed from there, and pinned as
+//! `@sha256:<digest>`): that is pulled (verified, capped, within the network
+//! deadline) and held in memory, reviewed from there, put in the home's store
+//! only once accepted, and pinned as
 //! `source = "oci://<registry>/<repository>@sha256:<manifest digest>"`.
 
 use std::io::{BufRead, IsTerminal, Read, Write};
@@ -17,11 +18,12 @@ use std::process::ExitCode;
 use dsh_env::input::{MAX_MANIFEST_BYTES, ReadProblem, escape_controls, read_regular_text};
 use dsh_env::store::OCI_SCHEME;
 use dsh_env::{
-    ContributorComponent, ContributorEntry, DshHome, HostEnv, Manifest, OciReference,
-    RawDeclaration, Registry, Store, atomic_file,
+    ContributorComponent, ContributorEntry, HostEnv, Manifest, OciReference, RawDeclaration,
+    Registry, Store, atomic_file,
 };
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
 
+use crate::network::NetworkArgs;
 use crate::setup::{CliResult, Failure, open_home_registry, resolve_home};
 
 /// The arguments of `add`.
@@ -39,10 +41,8 @@ pub(crate) struct Args {
     /// Pin without asking, after the review is shown (for scripts).
     #[arg(long)]
     yes: bool,
-    /// Pull over plain HTTP from a registry that is not loopback (loopback
-    /// registries get plain HTTP anyway).
-    #[arg(long)]
-    plain_http: bool,
+    #[command(flatten)]
+    network: NetworkArgs,
 }
 
 /// What `add` shows before asking.
@@ -108,14 +108,23 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     manifest.trust().map_err(Failure::config)?;
 
     let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
+    let store = Store::in_home(&home);
     let oci = (args.source.to_str()).filter(|text| text.starts_with(OCI_SCHEME));
-    let Located {
-        origin,
-        existing,
-        mut entry,
-    } = match oci {
-        Some(text) => pull(text, &manifest, &home, args.plain_http).await?,
-        None => locate_file(&args.source, &manifest, &base_dir)?,
+    // A pull is held in memory, reviewed from there, and stored only once
+    // accepted: a refused artifact leaves nothing in the store.
+    let (
+        Located {
+            origin,
+            existing,
+            mut entry,
+        },
+        pulled,
+    ) = match oci {
+        Some(text) => {
+            let (located, pulled) = pull(text, &manifest, &args.network.options()).await?;
+            (located, Some(pulled))
+        }
+        None => (locate_file(&args.source, &manifest, &base_dir)?, None),
     };
     entry.sha256 = None;
     entry.grants_sha256 = None;
@@ -124,7 +133,11 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
 
     let registry: Registry =
         open_home_registry(home, dsh_env::Tiering::Optimized, Some(&manifest))?;
-    let component = registry.load_spec(&spec).map_err(Failure::config)?;
+    let component = match &pulled {
+        Some(pulled) => registry.load_pulled(&spec, pulled.artifact()),
+        None => registry.load_spec(&spec),
+    }
+    .map_err(Failure::config)?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
     Review {
         origin: &origin,
@@ -169,6 +182,9 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     if let Some(entry) = check.contributors.get(index) {
         (entry.to_spec(&base_dir, &HostEnv::default()))
             .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
+    }
+    if let Some(pulled) = pulled {
+        pulled.commit(&store).map_err(Failure::config)?;
     }
     atomic_file::write(&args.manifest, edited)
         .map_err(|e| Failure::config(format!("cannot write {manifest_shown}: {e}")))?;
@@ -223,21 +239,18 @@ fn locate_file(source: &Path, manifest: &Manifest, base_dir: &Path) -> CliResult
     })
 }
 
-/// Pulls `reference` into the home's store (verified; nothing written on
-/// failure), and the entry for the same registry and repository, re-pinned
-/// to what was pulled.
+/// Fetches `reference` (verified, in memory: nothing is written), and the
+/// entry for the same registry and repository, re-pinned to what was fetched.
 async fn pull(
     reference: &str,
     manifest: &Manifest,
-    home: &DshHome,
-    plain_http: bool,
-) -> CliResult<Located> {
+    options: &dsh_env_oci::Options,
+) -> CliResult<(Located, dsh_env_oci::Pulled)> {
     let reference = OciReference::parse(reference).map_err(Failure::config)?;
-    let options = dsh_env_oci::Options { plain_http };
-    let artifact = dsh_env_oci::pull(&reference, &Store::in_home(home), &options)
+    let pulled = dsh_env_oci::fetch(&reference, options)
         .await
         .map_err(Failure::config)?;
-    let pinned = artifact.reference;
+    let pinned = pulled.artifact().reference.clone();
     let same_repository = |entry: &ContributorEntry| {
         (entry.source.as_deref())
             .and_then(|source| OciReference::parse(source).ok())
@@ -255,11 +268,12 @@ async fn pull(
         Some(_) => format!("{reference} = {pinned}"),
         None => pinned.to_string(),
     };
-    Ok(Located {
+    let located = Located {
         origin,
         existing,
         entry,
-    })
+    };
+    Ok((located, pulled))
 }
 
 /// The manifest's text, or an empty manifest when there is no file yet.

@@ -14,12 +14,14 @@ mod completions;
 mod demo;
 mod explain;
 mod list;
+mod network;
 mod new;
 mod push;
 mod resolve;
 mod run;
 mod serve;
 mod setup;
+mod store;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -80,6 +82,9 @@ enum Command {
     /// Show, trim or empty the home's compile cache (capped at
     /// $DSH_CACHE_MAX_MIB, default 512 MiB, least recently used out first).
     Cache(cache::Args),
+    /// Remove from the home's store of pulled contributors what no manifest
+    /// references (`gc`), listing each blob removed.
+    Store(store::Args),
     /// Create a contributor project in a new directory: `make` in it builds
     /// contributor.wasm.
     New(new::Args),
@@ -178,6 +183,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache(args) => cache::run(args),
+        Command::Store(args) => store::run(args),
         Command::New(args) => new::run(args),
         Command::Bindgen(args) => authoring::bindgen(args),
         Command::Componentize(args) => authoring::componentize(args),

@@ -10,6 +10,7 @@ use dsh_env::sandbox::not_a_component_reason;
 use dsh_env::store::OCI_SCHEME;
 use dsh_env::{OciReference, input::escape_controls};
 
+use crate::network::NetworkArgs;
 use crate::setup::{CliResult, Failure};
 
 /// The largest `.minisig` read: one is about 300 bytes.
@@ -22,10 +23,8 @@ pub(crate) struct Args {
     file: PathBuf,
     /// Where to: `<registry>/<repository>:<tag>` (`oci://` optional).
     target: String,
-    /// Speak plain HTTP to a registry that is not loopback (loopback
-    /// registries get plain HTTP anyway).
-    #[arg(long)]
-    plain_http: bool,
+    #[command(flatten)]
+    network: NetworkArgs,
 }
 
 /// Pushes; prints `oci://<registry>/<repository>@sha256:<digest>`.
@@ -50,9 +49,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         }
         Err(e) => return Err(Failure::config(format!("cannot read signature {e}"))),
     };
-    let options = dsh_env_oci::Options {
-        plain_http: args.plain_http,
-    };
+    let options = args.network.options();
     let pinned = dsh_env_oci::push(&wasm, signature.as_deref(), &reference, &options)
         .await
         .map_err(Failure::config)?;

@@ -784,6 +784,7 @@ fn every_subcommand_has_help() {
         "serve",
         "completions",
         "push",
+        "store",
         "new",
         "bindgen",
         "componentize",
@@ -2621,7 +2622,7 @@ fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_regis
 }
 
 #[test]
-fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
+fn add_refuses_an_unsigned_badly_signed_or_broken_oci_source_and_stores_none_of_it() {
     let f = Fixture::new();
     let registry = dsh_env_test_registry::TestRegistry::start();
     let author = SigningKey::new(f.dir.path(), "author");
@@ -2672,10 +2673,171 @@ fn add_refuses_an_unsigned_or_badly_signed_oci_source_under_trust() {
         &add("dsh/forged:v1"),
         &["dsh/forged@sha256:", &author.id, "does not verify"],
     );
+
+    // Not a component (`push` refuses one, the library does not).
+    let junk = format!("oci://{}/dsh/junk:v1", registry.host());
+    let junk = dsh_env::OciReference::parse(&junk).unwrap();
+    let options = dsh_env_oci::Options::default();
+    let pushed = dsh_env_oci::push(b"\0asm, and then junk", None, &junk, &options);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(pushed)
+        .unwrap();
+    let output = add("dsh/junk:v1");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("dsh/junk@sha256:"),
+        "{}",
+        stderr(&output)
+    );
     assert_eq!(
         std::fs::read_to_string(&manifest).unwrap(),
         requiring(&author)
     );
+    assert_eq!(
+        stored_blobs(&f),
+        Vec::<String>::new(),
+        "a refused pull leaves nothing in the store"
+    );
+}
+
+/// The file names in the blob directory of `f`'s home store, sorted.
+fn stored_blobs(f: &Fixture) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(f.path("home/store/blobs/sha256")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_declined_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifest_pins() {
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start();
+    let manifest = f.write("m.toml", "");
+    let (m, home) = (manifest.to_str().unwrap(), f.home());
+    let tagged = format!("oci://{}/dsh/tool:v1", registry.host());
+    let add = || {
+        f.run(
+            &["add", &tagged, "--manifest", m, "--home", &home, "--yes"],
+            &[],
+        )
+    };
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let target = format!("{}/dsh/tool:v1", registry.host());
+    assert!(push(&f, &lineage, &target, &[]).status.success());
+    let declined = f.on_terminal(&["add", &tagged, "--manifest", m, "--home", &home], "n\n");
+    assert_eq!(declined.status.code(), Some(1), "{}", stdout(&declined));
+    assert_eq!(stored_blobs(&f), Vec::<String>::new());
+
+    // Accepted, then the tag moves and `add` re-pins: the first artifact
+    // stays in the store, pinned by nothing.
+    assert!(add().status.success());
+    let first = stored_blobs(&f);
+    assert_eq!(first.len(), 3, "manifest, config, layer: {first:?}");
+    let trace = component_copy(&f, CALL_TRACE, "trace.wasm");
+    assert!(push(&f, &trace, &target, &[]).status.success());
+    assert!(add().status.success());
+    assert_eq!(stored_blobs(&f).len(), 6);
+    let store = dsh_env::Store::new(f.path("home/store"));
+    let orphan = store.put_blob(b"a blob no manifest references").unwrap();
+
+    let gc = |extra: &[&str]| {
+        let mut args = vec!["store", "gc", "--home", &home];
+        args.extend(extra);
+        let output = f.run(&args, &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let swept = gc(&[]);
+    assert!(swept.starts_with(&format!("removed {orphan}  ")), "{swept}");
+    assert!(swept.contains("removed 1 blobs"), "{swept}");
+    assert_eq!(stored_blobs(&f).len(), 6, "every stored artifact is kept");
+
+    let swept = gc(&["--manifest", m]);
+    assert!(swept.contains("removed 3 blobs"), "{swept}");
+    let lineage_sha = sha256_of(AGENT_LINEAGE);
+    assert!(
+        swept.contains(&format!("removed {lineage_sha}  ")),
+        "{swept}"
+    );
+    let left = stored_blobs(&f);
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(left.iter().all(|blob| !first.contains(blob)), "{left:?}");
+    let mut args = f.with_setup("resolve", m, &home);
+    args.extend(["--execution", "execution.json"]);
+    let output = f.run(&args, &[]);
+    assert!(
+        stdout(&output).contains("DSH_TRACEPARENT="),
+        "{}",
+        stderr(&output)
+    );
+
+    // A manifest that cannot be read removes nothing.
+    let output = f.run(
+        &["store", "gc", "--home", &home, "--manifest", "missing.toml"],
+        &[],
+    );
+    assert_config_error(&output, &["missing.toml"]);
+    assert_eq!(stored_blobs(&f), left);
+}
+
+#[test]
+fn add_and_push_meet_the_network_deadline_and_quote_little_of_a_flood() {
+    use dsh_env_test_registry::{Body, HostileServer, Reply};
+    let server = HostileServer::start(|request| {
+        match (request.method.as_str(), request.path()) {
+            ("GET", "/v2/") => Reply::status(200),
+            // A manifest, one byte a second.
+            ("GET", _) => Reply::new(200, Body::Trickle(br#"{"schemaVersion":2}"#.to_vec())),
+            ("HEAD", _) => Reply::status(404),
+            ("POST", path) if path.starts_with("/v2/dsh/slow/") => {
+                Reply::new(500, Body::Trickle(b"slow".to_vec()))
+            }
+            _ => Reply::new(500, Body::Sized(32 << 20)),
+        }
+    });
+    let f = Fixture::new();
+    let (m, home) = (f.path("m.toml"), f.home());
+    let reference = format!("oci://{}/dsh/slow:v1", server.host());
+    let add = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["add", &reference, "--manifest", m.to_str().unwrap()];
+        args.extend(["--home", &home, "--yes"]);
+        args.extend(extra);
+        f.run(&args, env)
+    };
+    let output = add(&["--network-timeout-secs", "2"], &[]);
+    assert_config_error(&output, &[&reference, "network deadline of 2 s"]);
+    assert!(!m.exists());
+    assert_eq!(stored_blobs(&f), Vec::<String>::new());
+
+    let component = Path::new(AGENT_LINEAGE);
+    let slow = format!("{}/dsh/slow:v1", server.host());
+    let output = f.run(
+        &["push", AGENT_LINEAGE, &slow],
+        &[("DSH_ENV_NETWORK_TIMEOUT_SECS", "2")],
+    );
+    assert_config_error(&output, &["network deadline of 2 s"]);
+    let flood = format!("{}/dsh/flood:v1", server.host());
+    let output = push(&f, component, &flood, &[]);
+    assert_config_error(&output, &["the registry answered 500 for the upload: `xxx"]);
+    assert!(stderr(&output).len() < 600, "{}", stderr(&output));
+
+    for (flag, env) in [("0", ""), ("", "soon")] {
+        let output = match flag {
+            "" => add(&[], &[("DSH_ENV_NETWORK_TIMEOUT_SECS", env)]),
+            _ => add(&["--network-timeout-secs", flag], &[]),
+        };
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("--network-timeout-secs"),
+            "{}",
+            stderr(&output)
+        );
+    }
 }
 
 /// The repository: the suite's installed tools live there.

@@ -27,7 +27,7 @@ use crate::sandbox::{
 };
 use crate::signature::{SignatureError, Signer, Trust, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
-use crate::store::{SIGNATURE_ANNOTATION, Store};
+use crate::store::{SIGNATURE_ANNOTATION, Store, StoredArtifact};
 
 /// The owner shown for dsh-env's built-in keys.
 pub const BUILTIN_OWNER: &str = "dsh-env";
@@ -489,6 +489,27 @@ impl Registry {
     /// signature is checked under the registry's trust
     /// ([`Registry::with_trust`]).
     pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, RegistryError> {
+        self.load_spec_from(spec, None)
+    }
+
+    /// [`Registry::load_spec`] for a spec whose source is the reference
+    /// `pulled` was pulled by, from `pulled` in memory rather than from the
+    /// store: `add` reviews a pull this way and stores it only once accepted,
+    /// so a refused artifact leaves nothing behind. Any other spec loads as
+    /// by [`Registry::load_spec`].
+    pub fn load_pulled(
+        &self,
+        spec: &ContributorSpec,
+        pulled: &StoredArtifact,
+    ) -> Result<ContributorComponent, RegistryError> {
+        self.load_spec_from(spec, Some(pulled))
+    }
+
+    fn load_spec_from(
+        &self,
+        spec: &ContributorSpec,
+        pulled: Option<&StoredArtifact>,
+    ) -> Result<ContributorComponent, RegistryError> {
         let trust = &self.inner.trust;
         let origin = spec.origin();
         let signature_location = (spec.signature.as_deref())
@@ -538,11 +559,17 @@ impl Registry {
             ContributorSource::Oci(reference) => {
                 // From the store, never the network; the signature is the
                 // annotation on the image manifest the reference pins.
-                let artifact =
-                    (Store::in_home(&self.inner.home).load(reference)).map_err(|e| LoadError {
-                        origin: origin.clone(),
-                        reason: e.problem.to_string(),
-                    })?;
+                let artifact = match pulled.filter(|pulled| &pulled.reference == reference) {
+                    Some(pulled) => std::borrow::Cow::Borrowed(pulled),
+                    None => std::borrow::Cow::Owned(
+                        (Store::in_home(&self.inner.home).load(reference)).map_err(|e| {
+                            LoadError {
+                                origin: origin.clone(),
+                                reason: e.problem.to_string(),
+                            }
+                        })?,
+                    ),
+                };
                 if let Some(pin) = &spec.sha256 {
                     check_pin(&origin, &artifact.wasm, pin)?;
                 }

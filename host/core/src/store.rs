@@ -182,10 +182,7 @@ impl OciReference {
             Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
             None => self.registry.split(':').next().unwrap_or_default(),
         };
-        host.eq_ignore_ascii_case("localhost")
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
+        is_loopback_host(host)
     }
 }
 
@@ -205,6 +202,18 @@ impl std::str::FromStr for OciReference {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         Self::parse(text)
     }
+}
+
+/// Whether `host` (a name or an address, without port; an IPv6 address
+/// with or without brackets) is this machine: `localhost`, 127.0.0.0/8 or
+/// `::1`. The rule for plain HTTP, on references and on every URL a registry
+/// sends a client to.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = (host.strip_prefix('[')).map_or(host, |h| h.strip_suffix(']').unwrap_or(h));
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `host`, `host:port`, `[ipv6]` or `[ipv6]:port`.
@@ -462,6 +471,48 @@ pub enum StoreProblem {
         /// Why.
         source: std::io::Error,
     },
+    /// The store's directory could not be listed, or a blob removed.
+    #[error("cannot sweep {path}: {source}")]
+    Sweep {
+        /// The directory or file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Which artifacts [`Store::sweep`] keeps; every other file goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Keep<'a> {
+    /// Every complete artifact in the store: each image manifest there that
+    /// is one of a Wasm artifact, its config and its layer. Only what no
+    /// such manifest references goes (e.g. the blobs of a write cut short).
+    Stored,
+    /// Only the artifacts these references pin (their manifests, configs and
+    /// layers): e.g. the `source`s of the manifests of contributors in use.
+    /// A reference that is not pinned keeps nothing.
+    Pinned(&'a [OciReference]),
+}
+
+/// A file [`Store::sweep`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweptBlob {
+    /// Its file name: a SHA-256 in lowercase hex, unless it was not a blob
+    /// (escaped).
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// What [`Store::sweep`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// The files removed, in name order.
+    pub removed: Vec<SweptBlob>,
+    /// How many blobs are left.
+    pub kept: usize,
+    /// Their bytes.
+    pub kept_bytes: u64,
 }
 
 /// The content-addressed store: blobs filed by their SHA-256.
@@ -506,6 +557,72 @@ impl Store {
         }
         crate::atomic_file::write(&path, bytes).map_err(failed)?;
         Ok(hex)
+    }
+
+    /// Removes every file in the store's blob directory that `keep` does
+    /// not keep, and says what it removed. Run it while no `add` is writing
+    /// to the same store: a pull's blobs are written before its manifest.
+    pub fn sweep(&self, keep: Keep<'_>) -> Result<Sweep, StoreProblem> {
+        let dir = self.root.join("blobs").join("sha256");
+        let failed = |path: &Path| {
+            let path = escape_controls(&path.display().to_string()).into_owned();
+            move |source| StoreProblem::Sweep { path, source }
+        };
+        let entries = match std::fs::read_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Sweep::default()),
+            result => result.map_err(failed(&dir))?,
+        };
+        // (name, is a plain file, size); subdirectories are left alone.
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(failed(&dir))?;
+            let metadata = entry.metadata().map_err(failed(&entry.path()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !metadata.is_dir() {
+                files.push((name, metadata.len()));
+            }
+        }
+        files.sort();
+        let roots: Vec<&str> = match keep {
+            Keep::Pinned(references) => references.iter().filter_map(|r| r.digest_hex()).collect(),
+            Keep::Stored => (files.iter())
+                .filter(|(name, bytes)| is_sha256_hex(name) && *bytes <= MAX_OCI_MANIFEST_BYTES)
+                .map(|(name, _)| name.as_str())
+                .collect(),
+        };
+        let mut live = std::collections::HashSet::new();
+        for hex in roots {
+            if let Some(manifest) = self.stored_manifest(hex) {
+                live.extend([
+                    hex.to_string(),
+                    manifest.config_digest,
+                    manifest.layer_digest,
+                ]);
+            }
+        }
+        let mut sweep = Sweep::default();
+        for (name, bytes) in files {
+            if live.contains(&name) {
+                sweep.kept += 1;
+                sweep.kept_bytes += bytes;
+                continue;
+            }
+            let path = dir.join(&name);
+            std::fs::remove_file(&path).map_err(failed(&path))?;
+            sweep.removed.push(SweptBlob {
+                name: escape_controls(&name).into_owned(),
+                bytes,
+            });
+        }
+        Ok(sweep)
+    }
+
+    /// The stored blob `hex`, if it is whole and the manifest of a Wasm artifact.
+    fn stored_manifest(&self, hex: &str) -> Option<WasmManifest> {
+        let bytes = read_regular_file(&self.blob_path(hex), MAX_OCI_MANIFEST_BYTES).ok()?;
+        (sha256_hex(&bytes) == hex)
+            .then(|| WasmManifest::parse(&bytes).ok())
+            .flatten()
     }
 
     /// The Wasm artifact `reference` pins, from the store alone: the

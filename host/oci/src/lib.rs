@@ -1,54 +1,94 @@
 //! dsh-env contributors over OCI registries: [`push`] a component (and its
-//! minisign signature) as a CNCF Wasm OCI artifact, [`pull`] one into the
-//! home's [`Store`], verified and size-capped.
+//! minisign signature) as a CNCF Wasm OCI artifact, [`fetch`] one, verified
+//! and size-capped, and [`Pulled::commit`] it to the home's [`Store`] once it
+//! is accepted ([`pull`] does both).
 //!
 //! The artifact: an OCI image manifest with exactly one `application/wasm`
 //! layer (the component), an `application/vnd.wasm.config.v0+json` config,
 //! and the signature, if any, as the [`SIGNATURE_ANNOTATION`] on the
 //! manifest, so the manifest digest pins the signature with the code.
 //!
-//! `oci-client` does the registry's token dance and the uploads. The reads
-//! are this crate's own: the manifest is read under [`MAX_OCI_MANIFEST_BYTES`],
-//! the layer's declared size is checked against
-//! [`dsh_env::store::MAX_LAYER_BYTES`] before
-//! anything is downloaded, blobs are streamed under their declared size, and
-//! every digest is computed here (a registry can serve tampered bytes under
-//! the original digest header). Nothing reaches the store until every blob of
-//! the artifact has been verified.
+//! The distribution protocol is spoken here, over one `reqwest` client, so
+//! that every byte a registry sends is read under a cap: the manifest under
+//! [`MAX_OCI_MANIFEST_BYTES`], a blob under the size its manifest declares
+//! (checked against [`dsh_env::store::MAX_LAYER_BYTES`] before anything is
+//! downloaded), a token endpoint's answer under [`MAX_TOKEN_BYTES`], and an
+//! error answer only up to [`MAX_ERROR_BODY_BYTES`], of which a short,
+//! escaped excerpt is quoted. Every digest is computed here (a registry can
+//! serve tampered bytes under the original digest header). A whole push or
+//! pull, its token request included, has one deadline ([`Options::deadline`]).
+//!
+//! Plain HTTP goes only to a loopback host, or to the registry itself when
+//! [`Options::plain_http`] is set; this holds for every URL the registry
+//! sends the client to (redirects, the token realm, upload locations). The
+//! token goes only to the registry's own scheme, host and port.
+//!
+//! Access is anonymous: a registry that asks for a bearer token gets the
+//! anonymous token dance (`WWW-Authenticate: Bearer realm=…` on `/v2/`, then
+//! the realm with `scope` and `service`).
 
 #![deny(missing_docs)]
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use dsh_env::cache::sha256_hex;
 use dsh_env::input::escape_controls;
 use dsh_env::store::{
     MAX_OCI_MANIFEST_BYTES, ManifestProblem, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION,
-    StoreProblem, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest,
+    StoreProblem, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
 };
 use dsh_env::{OciReference, Store, StoredArtifact};
 use futures_util::StreamExt;
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Reference, RegistryOperation};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
+use reqwest::{Method, StatusCode, Url};
 
 /// The largest Wasm config blob pulled: the CNCF config is a few hundred
 /// bytes (its `component` field lists the component's imports and exports).
 pub const MAX_CONFIG_BYTES: u64 = MAX_OCI_MANIFEST_BYTES;
+/// The largest answer read from a token endpoint: a token is a few KiB.
+pub const MAX_TOKEN_BYTES: u64 = 64 << 10;
+/// How much of an error answer (any status but 2xx) is read, for the code
+/// or excerpt an error quotes; the rest is never read.
+pub const MAX_ERROR_BODY_BYTES: u64 = 4 << 10;
+/// How long a whole push or pull may take by default.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 
+/// How many characters of a registry's text an error quotes.
+const EXCERPT_CHARS: usize = 160;
+/// How many redirects one request follows.
+const MAX_REDIRECTS: usize = 10;
 /// How long connecting to a registry may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a registry may leave a read waiting.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How to reach a registry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// Speak plain HTTP to a registry that is not on this machine. Loopback
     /// registries (`localhost`, 127.0.0.0/8, `[::1]`) get plain HTTP anyway;
-    /// every other one gets HTTPS unless this is set.
+    /// every other one gets HTTPS unless this is set. It covers the
+    /// registry's own host only: a redirect elsewhere must be HTTPS or loopback.
     pub plain_http: bool,
+    /// How long a whole push or pull may take, every request in it (the
+    /// token's too) and every byte read; past it, it fails with
+    /// [`OciProblem::Deadline`]. Default [`DEFAULT_DEADLINE`].
+    pub deadline: Duration,
+    /// Host names resolved to these addresses instead of by DNS, as curl's
+    /// `--resolve` does (the URL's port is kept). The name, not the address,
+    /// is what the plain-HTTP rule and TLS see.
+    pub resolve: Vec<(String, IpAddr)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plain_http: false,
+            deadline: DEFAULT_DEADLINE,
+            resolve: Vec::new(),
+        }
+    }
 }
 
 /// A push or pull that failed, naming the reference and what failed.
@@ -74,6 +114,21 @@ pub enum OciProblem {
         /// For HTTPS: how plain HTTP is allowed.
         hint: &'static str,
     },
+    /// The registry sent the client to plain HTTP on a host that is neither
+    /// loopback nor the registry given `--plain-http`.
+    #[error(
+        "refused plain HTTP to {url}: only a loopback host, or the registry itself with --plain-http, is reached over plain HTTP"
+    )]
+    PlainHttp {
+        /// The URL it was sent to (short, escaped).
+        url: String,
+    },
+    /// The whole push or pull took longer than [`Options::deadline`].
+    #[error(
+        "not done within the network deadline of {} s (--network-timeout-secs, $DSH_ENV_NETWORK_TIMEOUT_SECS)",
+        .0.as_secs_f64()
+    )]
+    Deadline(Duration),
     /// The registry has no manifest under that tag or digest.
     #[error("unknown {0} in the registry")]
     Unknown(&'static str),
@@ -82,19 +137,26 @@ pub enum OciProblem {
     Status {
         /// The HTTP status.
         status: u16,
-        /// `manifest`, `config`, `layer`, or the operation.
+        /// `manifest`, `config`, `layer`, `token`, `upload` …
         what: &'static str,
-        /// The registry's error code, if it gave one.
+        /// The registry's error code and message, or a short excerpt of
+        /// its answer (escaped), if it gave one.
         detail: String,
     },
+    /// The registry wants credentials this client does not send.
+    #[error("the registry asks for credentials ({0}); access is anonymous")]
+    NeedsCredentials(String),
+    /// The registry's token endpoint, or its challenge, is not usable.
+    #[error("no anonymous token: {0}")]
+    Token(String),
     /// The manifest is not a Wasm artifact, or declares a layer over the cap.
     #[error(transparent)]
     Manifest(#[from] ManifestProblem),
-    /// A blob is bigger than it may be (the manifest's cap, or the size the
-    /// manifest declares for it).
+    /// A body is bigger than it may be (a cap, or the size the manifest
+    /// declares for a blob).
     #[error("the {what} is over {cap} bytes")]
     TooLarge {
-        /// `manifest`, `config` or `layer`.
+        /// `manifest`, `config`, `layer` or `token`.
         what: &'static str,
         /// The cap it passed.
         cap: u64,
@@ -122,11 +184,7 @@ pub enum OciProblem {
     /// A push needs a tag to put the artifact under.
     #[error("push needs a :<tag>, not a digest")]
     PushNeedsTag,
-    /// The registry refused or failed a request made through `oci-client`
-    /// (a token, an upload).
-    #[error("the registry refused the {0}")]
-    Push(String),
-    /// The HTTP client could not be built.
+    /// The HTTP client could not be built, or a URL not made.
     #[error("cannot set up the HTTP client: {0}")]
     Client(String),
     /// The verified artifact could not be written to the store.
@@ -143,16 +201,6 @@ pub async fn push(
     reference: &OciReference,
     options: &Options,
 ) -> Result<OciReference, OciError> {
-    let fail = failing(reference);
-    let tag = reference
-        .tag()
-        .ok_or_else(|| fail(OciProblem::PushNeedsTag))?;
-    let registry = Registry::new(reference, options).map_err(fail)?;
-    let image = Reference::with_tag(
-        reference.registry().to_string(),
-        reference.repository().to_string(),
-        tag.to_string(),
-    );
     let layer_digest = format!("sha256:{}", sha256_hex(wasm));
     let config = serde_json::to_vec(&serde_json::json!({
         "created": now_rfc3339(),
@@ -172,65 +220,105 @@ pub async fn push(
         manifest["annotations"] = serde_json::json!({ SIGNATURE_ANNOTATION: signature });
     }
     let manifest = serde_json::to_vec(&manifest).expect("a JSON value serializes");
-    let mut registry = registry;
-    registry
-        .authorize(&image, RegistryOperation::Push)
-        .await
-        .map_err(fail)?;
-    let client = &registry.client;
-    let uploaded = async {
-        client
-            .push_blob(&image, wasm.to_vec(), &layer_digest)
-            .await?;
-        client.push_blob(&image, config, &config_digest).await?;
-        let content_type = http_header(OCI_MANIFEST_MEDIA_TYPE);
-        client
-            .push_manifest_raw(&image, manifest.clone(), content_type)
-            .await
-    };
-    uploaded
-        .await
-        .map_err(|e| fail(registry.problem(e, "upload")))?;
-    Ok(reference.pinned(&sha256_hex(&manifest)))
+    push_image(reference, &manifest, &[wasm, &config], options).await
 }
 
-/// Pulls the Wasm artifact `reference` names (a tag is resolved to its
-/// manifest digest), verifies every blob, puts them in `store`, and returns
-/// it as the store gives it back, pinned. On any failure nothing is written.
+/// Pushes any OCI image: each of `blobs` (unless the registry has it
+/// already), then `manifest` (an OCI image manifest) under the tag
+/// `reference` names; returns the reference pinned to the manifest's digest.
+/// [`push`] builds a Wasm artifact's and calls this.
+pub async fn push_image(
+    reference: &OciReference,
+    manifest: &[u8],
+    blobs: &[&[u8]],
+    options: &Options,
+) -> Result<OciReference, OciError> {
+    let fail = failing(reference);
+    let tag = reference
+        .tag()
+        .ok_or_else(|| fail(OciProblem::PushNeedsTag))?;
+    let mut registry = Registry::new(reference, options).map_err(fail)?;
+    within(options.deadline, async {
+        registry.authorize("pull,push").await?;
+        for blob in blobs {
+            registry.upload(blob).await?;
+        }
+        registry.put_manifest(tag, manifest).await
+    })
+    .await
+    .map_err(fail)?;
+    Ok(reference.pinned(&sha256_hex(manifest)))
+}
+
+/// A Wasm artifact fetched and verified, held in memory: nothing is in a
+/// store until [`Pulled::commit`].
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    artifact: StoredArtifact,
+    manifest: Vec<u8>,
+    config: Vec<u8>,
+}
+
+impl Pulled {
+    /// The artifact, pinned, as the store will give it back once committed.
+    pub fn artifact(&self) -> &StoredArtifact {
+        &self.artifact
+    }
+
+    /// Writes the artifact's blobs to `store` (the manifest last, so a
+    /// manifest in the store always finds its blobs), and returns it as the
+    /// store gives it back.
+    pub fn commit(self, store: &Store) -> Result<StoredArtifact, OciError> {
+        let reference = &self.artifact.reference;
+        let fail = failing(reference);
+        for blob in [&self.artifact.wasm, &self.config, &self.manifest] {
+            store.put_blob(blob).map_err(|e| fail(e.into()))?;
+        }
+        store.load(reference).map_err(|e| fail(e.problem.into()))
+    }
+}
+
+/// Fetches the Wasm artifact `reference` names (a tag is resolved to its
+/// manifest digest) and verifies every blob, without writing anything.
+pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled, OciError> {
+    let fail = failing(reference);
+    let mut registry = Registry::new(reference, options).map_err(fail)?;
+    within(options.deadline, async {
+        registry.authorize("pull").await?;
+        let (manifest_bytes, manifest_hex) = registry.manifest(reference).await?;
+        let manifest = WasmManifest::parse(&manifest_bytes)?;
+        if manifest.config_size > MAX_CONFIG_BYTES {
+            return Err(OciProblem::TooLarge {
+                what: "config",
+                cap: MAX_CONFIG_BYTES,
+            });
+        }
+        let config =
+            (registry.blob("config", &manifest.config_digest, manifest.config_size)).await?;
+        let wasm = (registry.blob("layer", &manifest.layer_digest, manifest.layer_size)).await?;
+        Ok(Pulled {
+            artifact: StoredArtifact {
+                reference: reference.pinned(&manifest_hex),
+                wasm,
+                wasm_sha256: manifest.layer_digest,
+                signature: manifest.signature,
+            },
+            manifest: manifest_bytes,
+            config,
+        })
+    })
+    .await
+    .map_err(fail)
+}
+
+/// [`fetch`], then [`Pulled::commit`] to `store`: returns the artifact as
+/// the store gives it back, pinned. On any failure nothing is written.
 pub async fn pull(
     reference: &OciReference,
     store: &Store,
     options: &Options,
 ) -> Result<StoredArtifact, OciError> {
-    let fail = failing(reference);
-    let mut registry = Registry::new(reference, options).map_err(fail)?;
-    let image = Reference::with_tag(
-        reference.registry().to_string(),
-        reference.repository().to_string(),
-        reference.tag().unwrap_or("latest").to_string(),
-    );
-    (registry.authorize(&image, RegistryOperation::Pull).await).map_err(fail)?;
-    let (manifest_bytes, manifest_hex) = registry.manifest(reference).await.map_err(fail)?;
-    let manifest = WasmManifest::parse(&manifest_bytes).map_err(|e| fail(e.into()))?;
-    if manifest.config_size > MAX_CONFIG_BYTES {
-        return Err(fail(OciProblem::TooLarge {
-            what: "config",
-            cap: MAX_CONFIG_BYTES,
-        }));
-    }
-    let config = (registry.blob("config", &manifest.config_digest, manifest.config_size))
-        .await
-        .map_err(fail)?;
-    let wasm = (registry.blob("layer", &manifest.layer_digest, manifest.layer_size))
-        .await
-        .map_err(fail)?;
-    // Everything verified: the blobs first, the manifest last, so a manifest
-    // in the store always finds its blobs.
-    for blob in [&wasm, &config, &manifest_bytes] {
-        store.put_blob(blob).map_err(|e| fail(e.into()))?;
-    }
-    let pinned = reference.pinned(&manifest_hex);
-    store.load(&pinned).map_err(|e| fail(e.problem.into()))
+    fetch(reference, options).await?.commit(store)
 }
 
 /// Makes an [`OciError`] naming `reference` from a problem.
@@ -241,13 +329,45 @@ fn failing(reference: &OciReference) -> impl Fn(OciProblem) -> OciError + Copy +
     }
 }
 
-/// A client for one registry, on the transport its reference allows.
+/// `work`, failed with [`OciProblem::Deadline`] if it is not done within `deadline`.
+async fn within<T>(
+    deadline: Duration,
+    work: impl Future<Output = Result<T, OciProblem>>,
+) -> Result<T, OciProblem> {
+    (tokio::time::timeout(deadline, work).await).unwrap_or(Err(OciProblem::Deadline(deadline)))
+}
+
+/// A URL the plain-HTTP rule refuses: carried through reqwest's redirect
+/// policy as its error, and recognised on the way out.
+#[derive(Debug, thiserror::Error)]
+#[error("plain HTTP to {0}")]
+struct PlainHttpRefused(String);
+
+/// Whether `url` is plain HTTP on a host that may not have it: one that is
+/// not loopback, and not the registry's own `plain_host` (the registry
+/// given `--plain-http`).
+fn refuse_plain_http(url: &Url, plain_host: Option<&str>) -> Option<PlainHttpRefused> {
+    let host = url.host_str().unwrap_or_default();
+    let allowed = url.scheme() != "http" || is_loopback_host(host) || plain_host == Some(host);
+    (!allowed).then(|| PlainHttpRefused(shown_url(url)))
+}
+
+/// A URL from a registry, short and escaped, for a message.
+fn shown_url(url: &Url) -> String {
+    let text: String = url.as_str().chars().take(EXCERPT_CHARS).collect();
+    escape_controls(&text).into_owned()
+}
+
+/// A client for one registry and repository, on the transport its
+/// reference allows.
 struct Registry {
-    client: oci_client::Client,
     http: reqwest::Client,
-    /// `<scheme>://<registry>/v2/<repository>`.
-    base: String,
+    /// `<scheme>://<registry>/`.
+    origin: Url,
+    repository: String,
     scheme: &'static str,
+    /// The registry's host, when it was given `--plain-http`.
+    plain_host: Option<String>,
     /// An anonymous bearer token, if the registry wants one.
     token: Option<String>,
 }
@@ -257,50 +377,178 @@ impl Registry {
         install_crypto_provider();
         let plain = options.plain_http || reference.is_loopback();
         let scheme = if plain { "http" } else { "https" };
-        let config = ClientConfig {
-            protocol: if plain {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            connect_timeout: Some(CONNECT_TIMEOUT),
-            read_timeout: Some(READ_TIMEOUT),
-            ..ClientConfig::default()
-        };
-        // `Client::new` falls back to a default (HTTPS) client on error; this
-        // way a bad configuration is an error.
-        let client =
-            oci_client::Client::try_from(config).map_err(|e| OciProblem::Client(e.to_string()))?;
-        let http = reqwest::Client::builder()
+        let origin = Url::parse(&format!("{scheme}://{}/", reference.registry()))
+            .map_err(|e| OciProblem::Client(e.to_string()))?;
+        let plain_host = (options.plain_http)
+            .then(|| origin.host_str().map(str::to_string))
+            .flatten();
+        let policy_host = plain_host.clone();
+        let policy = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+            }
+            match refuse_plain_http(attempt.url(), policy_host.as_deref()) {
+                Some(refused) => attempt.error(refused),
+                None => attempt.follow(),
+            }
+        });
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
             .https_only(!plain)
+            .redirect(policy);
+        for (name, address) in &options.resolve {
+            builder = builder.resolve(name, SocketAddr::new(*address, 0));
+        }
+        let http = builder
             .build()
             .map_err(|e| OciProblem::Client(e.to_string()))?;
         Ok(Registry {
-            client,
             http,
-            base: format!(
-                "{scheme}://{}/v2/{}",
-                reference.registry(),
-                reference.repository()
-            ),
+            origin,
+            repository: reference.repository().to_string(),
             scheme,
+            plain_host,
             token: None,
         })
     }
 
-    /// Asks the registry for an anonymous token for `operation` on `image`;
-    /// this is also the first contact, so an unreachable registry fails here.
-    async fn authorize(
-        &mut self,
-        image: &Reference,
-        operation: RegistryOperation,
-    ) -> Result<(), OciProblem> {
-        self.token = (self.client)
-            .auth(image, &RegistryAuth::Anonymous, operation)
-            .await
-            .map_err(|e| self.problem(e, "token"))?;
+    /// `<origin>/v2/<repository>/<path>`.
+    fn url(&self, path: &str) -> Result<Url, OciProblem> {
+        (self.origin.join(&format!("v2/{}/{path}", self.repository)))
+            .map_err(|e| OciProblem::Client(e.to_string()))
+    }
+
+    /// A request to `url`, with the token only if `url` is the registry's
+    /// own scheme, host and port.
+    fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
+        let same_origin = url.origin() == self.origin.origin();
+        let request = self.http.request(method, url);
+        match &self.token {
+            Some(token) if same_origin => request.bearer_auth(token),
+            _ => request,
+        }
+    }
+
+    /// Sends `request`; a transport failure (or a refused redirect) is the
+    /// error.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, OciProblem> {
+        request.send().await.map_err(|e| self.unreachable(&e))
+    }
+
+    /// `response` if its status is 2xx, else the error naming `what` and
+    /// quoting the registry.
+    async fn success(
+        &self,
+        response: reqwest::Response,
+        what: &'static str,
+    ) -> Result<reqwest::Response, OciProblem> {
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(status_error(response, what).await)
+        }
+    }
+
+    /// Asks the registry for an anonymous token for `actions` on the
+    /// repository, if it wants one; this is also the first contact, so an
+    /// unreachable registry fails here.
+    async fn authorize(&mut self, actions: &str) -> Result<(), OciProblem> {
+        let url = (self.origin.join("v2/")).map_err(|e| OciProblem::Client(e.to_string()))?;
+        let response = self.send(self.http.get(url)).await?;
+        if response.status() != StatusCode::UNAUTHORIZED {
+            self.success(response, "API version check").await?;
+            return Ok(());
+        }
+        let header = (response.headers().get_all(WWW_AUTHENTICATE).iter())
+            .filter_map(|value| value.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (realm, service) = bearer_challenge(&header)
+            .ok_or_else(|| OciProblem::NeedsCredentials(excerpt(header.as_bytes(), false)))?;
+        let mut realm = Url::parse(&realm)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https"))
+            .ok_or_else(|| {
+                OciProblem::Token(format!(
+                    "its realm {} is not an HTTP URL",
+                    excerpt(realm.as_bytes(), false)
+                ))
+            })?;
+        {
+            let mut query = realm.query_pairs_mut();
+            query.append_pair(
+                "scope",
+                &format!("repository:{}:{actions}", self.repository),
+            );
+            if let Some(service) = &service {
+                query.append_pair("service", service);
+            }
+        }
+        if let Some(refused) = refuse_plain_http(&realm, self.plain_host.as_deref()) {
+            return Err(OciProblem::PlainHttp { url: refused.0 });
+        }
+        let response = self.send(self.http.get(realm)).await?;
+        let response = self.success(response, "token").await?;
+        let body = read_capped(response, "token", MAX_TOKEN_BYTES).await?;
+        let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
+            OciProblem::Token(format!(
+                "the token endpoint answered {}, not JSON",
+                excerpt(&body, false)
+            ))
+        })?;
+        let token = (answer["token"].as_str())
+            .or(answer["access_token"].as_str())
+            .filter(|token| HeaderValue::from_str(&format!("Bearer {token}")).is_ok())
+            .ok_or_else(|| {
+                OciProblem::Token("the token endpoint's answer has no usable token".into())
+            })?;
+        self.token = Some(token.to_string());
+        Ok(())
+    }
+
+    /// Uploads `blob`, unless the registry has it: `HEAD`, then `POST` an
+    /// upload and `PUT` the bytes to the location it gives.
+    async fn upload(&self, blob: &[u8]) -> Result<(), OciProblem> {
+        let digest = format!("sha256:{}", sha256_hex(blob));
+        let head = self.request(Method::HEAD, self.url(&format!("blobs/{digest}"))?);
+        let head = self.send(head).await?;
+        if head.status().is_success() {
+            return Ok(());
+        }
+        if head.status() != StatusCode::NOT_FOUND {
+            return Err(status_error(head, "blob check").await);
+        }
+        let started = self.request(Method::POST, self.url("blobs/uploads/")?);
+        let started = self.success(self.send(started).await?, "upload").await?;
+        let mut location = (started.headers().get(LOCATION))
+            .and_then(|value| value.to_str().ok())
+            .and_then(|location| started.url().join(location).ok())
+            .ok_or_else(|| OciProblem::Status {
+                status: started.status().as_u16(),
+                what: "upload",
+                detail: ", with no usable Location".into(),
+            })?;
+        if let Some(refused) = refuse_plain_http(&location, self.plain_host.as_deref()) {
+            return Err(OciProblem::PlainHttp { url: refused.0 });
+        }
+        location.query_pairs_mut().append_pair("digest", &digest);
+        let put = (self.request(Method::PUT, location))
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(blob.to_vec());
+        self.success(self.send(put).await?, "upload").await?;
+        Ok(())
+    }
+
+    /// Puts `manifest` under `tag`.
+    async fn put_manifest(&self, tag: &str, manifest: &[u8]) -> Result<(), OciProblem> {
+        let put = (self.request(Method::PUT, self.url(&format!("manifests/{tag}"))?))
+            .header(CONTENT_TYPE, OCI_MANIFEST_MEDIA_TYPE)
+            .body(manifest.to_vec());
+        self.success(self.send(put).await?, "manifest").await?;
         Ok(())
     }
 
@@ -308,15 +556,15 @@ impl Registry {
     /// with its SHA-256 (hex), checked against the pinned digest, or for a
     /// tag against the registry's digest header.
     async fn manifest(&self, reference: &OciReference) -> Result<(Vec<u8>, String), OciProblem> {
-        let url = format!("{}/manifests/{}", self.base, reference.target());
+        let url = self.url(&format!("manifests/{}", reference.target()))?;
         // distribution answers a manifest request only with an OCI Accept header.
-        let request = (self.http.get(url)).header(reqwest::header::ACCEPT, OCI_MANIFEST_MEDIA_TYPE);
+        let request = (self.request(Method::GET, url)).header(ACCEPT, OCI_MANIFEST_MEDIA_TYPE);
         let unknown = if reference.is_pinned() {
             "manifest digest"
         } else {
             "tag"
         };
-        let response = self.send(request, "manifest", unknown).await?;
+        let response = self.found(request, "manifest", unknown).await?;
         let claimed = (response.headers().get("docker-content-digest"))
             .and_then(|value| value.to_str().ok())
             .and_then(|digest| digest.strip_prefix("sha256:"))
@@ -338,8 +586,10 @@ impl Registry {
     /// The blob `hex`: exactly `size` bytes (the manifest's word), whose
     /// SHA-256 is `hex`. Reading stops past `size`.
     async fn blob(&self, what: &'static str, hex: &str, size: u64) -> Result<Vec<u8>, OciProblem> {
-        let url = format!("{}/blobs/sha256:{hex}", self.base);
-        let response = self.send(self.http.get(url), what, what).await?;
+        let url = self.url(&format!("blobs/sha256:{hex}"))?;
+        let response = self
+            .found(self.request(Method::GET, url), what, what)
+            .await?;
         let bytes = read_capped(response, what, size).await?;
         if bytes.len() as u64 != size {
             return Err(OciProblem::TooSmall {
@@ -359,44 +609,32 @@ impl Registry {
         Ok(bytes)
     }
 
-    /// Sends `request` with the token; a 404 is [`OciProblem::Unknown`]
-    /// naming `unknown`, any other error status names `what`.
-    async fn send(
+    /// Sends `request`; a 404 is [`OciProblem::Unknown`] naming `unknown`,
+    /// any other error status names `what`.
+    async fn found(
         &self,
         request: reqwest::RequestBuilder,
         what: &'static str,
         unknown: &'static str,
     ) -> Result<reqwest::Response, OciProblem> {
-        let request = match &self.token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
-        };
-        let response = request.send().await.map_err(|e| self.unreachable(&e))?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
+        let response = self.send(request).await?;
+        if response.status() == StatusCode::NOT_FOUND {
             return Err(OciProblem::Unknown(unknown));
         }
-        if !status.is_success() {
-            // The registry's error body is small JSON; read a little of it for its code.
-            let body = read_capped(response, what, 4096).await.unwrap_or_default();
-            let code = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["errors"][0]["code"].as_str().map(str::to_string))
-                .map(|code| format!(" ({})", escape_controls(&code)))
-                .unwrap_or_default();
-            return Err(OciProblem::Status {
-                status: status.as_u16(),
-                what,
-                detail: code,
-            });
-        }
-        Ok(response)
+        self.success(response, what).await
     }
 
-    fn unreachable(&self, error: &dyn std::error::Error) -> OciProblem {
+    /// A transport failure: [`OciProblem::PlainHttp`] if the plain-HTTP rule
+    /// stopped a redirect, else [`OciProblem::Unreachable`].
+    fn unreachable(&self, error: &reqwest::Error) -> OciProblem {
         let mut detail = error.to_string();
-        let mut source = error.source();
+        let mut source = std::error::Error::source(error);
         while let Some(cause) = source {
+            if let Some(refused) = cause.downcast_ref::<PlainHttpRefused>() {
+                return OciProblem::PlainHttp {
+                    url: refused.0.clone(),
+                };
+            }
             detail = format!("{detail}: {cause}");
             source = cause.source();
         }
@@ -410,15 +648,69 @@ impl Registry {
             },
         }
     }
+}
 
-    /// An `oci-client` error: a transport failure is [`OciProblem::Unreachable`],
-    /// anything else a failed `what`.
-    fn problem(&self, error: OciDistributionError, what: &'static str) -> OciProblem {
-        match &error {
-            OciDistributionError::RequestError(e) if !e.is_status() => self.unreachable(e),
-            _ => OciProblem::Push(format!("{what}: {}", escape_controls(&error.to_string()))),
-        }
+/// The `realm` and `service` of the first `Bearer` challenge in a
+/// `WWW-Authenticate` header's text.
+fn bearer_challenge(header: &str) -> Option<(String, Option<String>)> {
+    http_auth::ChallengeParser::new(header)
+        .filter_map(Result::ok)
+        .find(|challenge| challenge.scheme.eq_ignore_ascii_case("Bearer"))
+        .and_then(|challenge| {
+            let param = |name: &str| {
+                (challenge.params.iter())
+                    .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                    .map(|(_, value)| value.to_unescaped())
+            };
+            Some((param("realm")?, param("service")))
+        })
+}
+
+/// The error for an answer with status other than 2xx, naming `what` and
+/// quoting at most [`MAX_ERROR_BODY_BYTES`] of its body, briefly.
+async fn status_error(response: reqwest::Response, what: &'static str) -> OciProblem {
+    let status = response.status().as_u16();
+    let detail = match read_up_to(response, MAX_ERROR_BODY_BYTES).await {
+        Ok((body, cut)) => registry_says(&body, cut),
+        Err(_) => String::new(),
+    };
+    OciProblem::Status {
+        status,
+        what,
+        detail,
     }
+}
+
+/// What an error body says, for a message: the distribution spec's first
+/// error code and message (` (CODE: message)`), else an excerpt of the text.
+fn registry_says(body: &[u8], cut: bool) -> String {
+    let json = serde_json::from_slice::<serde_json::Value>(body).ok();
+    let first = json.as_ref().map(|json| &json["errors"][0]);
+    if let Some(code) = first.and_then(|first| first["code"].as_str()) {
+        let text = match first.and_then(|first| first["message"].as_str()) {
+            Some(message) if !message.is_empty() => format!("{code}: {message}"),
+            _ => code.to_string(),
+        };
+        return format!(" ({})", excerpt(text.as_bytes(), false));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return String::new();
+    }
+    format!(": {}", excerpt(body, cut))
+}
+
+/// At most [`EXCERPT_CHARS`] characters of a registry's text, escaped, in
+/// backquotes, with `…` when there was more (or `cut`, when reading stopped).
+fn excerpt(text: &[u8], cut: bool) -> String {
+    let text = String::from_utf8_lossy(text);
+    let mut chars = text.trim().chars();
+    let shown: String = chars.by_ref().take(EXCERPT_CHARS).collect();
+    let more = if cut || chars.next().is_some() {
+        "…"
+    } else {
+        ""
+    };
+    format!("`{}{more}`", escape_controls(&shown))
 }
 
 /// The body of `response`, refused as soon as it passes `cap` bytes (a
@@ -432,10 +724,9 @@ async fn read_capped(
     if response.content_length().is_some_and(|length| length > cap) {
         return Err(too_large());
     }
-    let mut body = Vec::new();
-    let mut stream = response.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| OciProblem::Status {
+    let (body, more) = read_up_to(response, cap)
+        .await
+        .map_err(|e| OciProblem::Status {
             status: 0,
             what,
             detail: format!(
@@ -443,12 +734,32 @@ async fn read_capped(
                 escape_controls(&e.to_string())
             ),
         })?;
-        if (body.len() + chunk.len()) as u64 > cap {
-            return Err(too_large());
+    if more {
+        return Err(too_large());
+    }
+    Ok(body)
+}
+
+/// At most `cap` bytes of `response`'s body, and whether there was more:
+/// reading stops at the cap, the rest is never read. Every body this crate
+/// reads comes through here.
+async fn read_up_to(
+    response: reqwest::Response,
+    cap: u64,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        let room = cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok((body, false))
 }
 
 /// reqwest is built without a default TLS provider (aws-lc-rs is a long C
@@ -456,11 +767,6 @@ async fn read_capped(
 /// installed first is kept.
 fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// A header value from a constant that is one.
-fn http_header(value: &'static str) -> reqwest::header::HeaderValue {
-    reqwest::header::HeaderValue::from_static(value)
 }
 
 /// Now, in RFC 3339 (UTC), for the config's `created`.

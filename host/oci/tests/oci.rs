@@ -1,16 +1,19 @@
 //! Push and pull against a real registry (Debian's docker-registry, started
-//! per test on 127.0.0.1), with real components.
+//! per test on 127.0.0.1), with real components; and against a hostile one
+//! (a server the test starts on 127.0.0.1 that floods, stalls and redirects).
 
 use dsh_env::store::{ManifestProblem, OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
 use dsh_env::{OciReference, Store};
 use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE};
-use dsh_env_oci::{OciProblem, Options, pull, push};
-use dsh_env_test_registry::TestRegistry;
+use std::time::Duration;
+
+use dsh_env_oci::{MAX_TOKEN_BYTES, OciProblem, Options, fetch, pull, push};
+use dsh_env_test_registry::{Body, HostileServer, Reply, TestRegistry};
 
 /// Asserts that `error`'s problem matches `pattern`, showing the error if not.
 macro_rules! assert_problem {
-    ($error:expr, $pattern:pat) => {
-        assert!(matches!($error.problem, $pattern), "{}", $error)
+    ($error:expr, $pattern:pat $(if $guard:expr)?) => {
+        assert!(matches!($error.problem, $pattern $(if $guard)?), "{}", $error)
     };
 }
 
@@ -164,26 +167,13 @@ async fn an_unknown_tag_or_digest_is_named() {
     assert!(is_empty(&store));
 }
 
-/// Pushes, with `oci-client` directly, an image of one config and one
-/// layer (media type, bytes), the manifest declaring `layer_size` bytes for
-/// the layer whatever its length.
+/// Pushes an image of one config and one layer (media type, bytes), the
+/// manifest declaring `layer_size` bytes for the layer whatever its length.
 async fn push_image(
     tagged: &OciReference,
     (config_type, config): (&str, &[u8]),
     (layer_type, layer, layer_size): (&str, &[u8], u64),
 ) {
-    // reqwest has no TLS provider of its own here; dsh-env-oci installs ring
-    // before it builds a client, and so must a test that builds one first.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = oci_client::Client::new(oci_client::client::ClientConfig {
-        protocol: oci_client::client::ClientProtocol::Http,
-        ..Default::default()
-    });
-    let image = oci_client::Reference::with_tag(
-        tagged.registry().to_string(),
-        tagged.repository().to_string(),
-        tagged.tag().unwrap().to_string(),
-    );
     let descriptor = |media_type: &str, blob: &[u8], size: u64| {
         serde_json::json!({
             "mediaType": media_type,
@@ -197,17 +187,8 @@ async fn push_image(
         "config": descriptor(config_type, config, config.len() as u64),
         "layers": [descriptor(layer_type, layer, layer_size)],
     });
-    for blob in [config, layer] {
-        let digest = format!("sha256:{}", dsh_env::cache::sha256_hex(blob));
-        client
-            .push_blob(&image, blob.to_vec(), &digest)
-            .await
-            .unwrap();
-    }
-    let body = serde_json::to_vec(&manifest).unwrap();
-    let content_type = reqwest::header::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE);
-    client
-        .push_manifest_raw(&image, body, content_type)
+    let manifest = serde_json::to_vec(&manifest).unwrap();
+    dsh_env_oci::push_image(tagged, &manifest, &[config, layer], &Options::default())
         .await
         .unwrap();
 }
@@ -297,10 +278,298 @@ async fn plain_http_to_a_registry_off_loopback_needs_plain_http() {
         assert!(error.to_string().contains("--plain-http"), "{error}");
     }
 
-    let plain = Options { plain_http: true };
+    let plain = Options {
+        plain_http: true,
+        ..Options::default()
+    };
     let pinned = push(&wasm, None, &remote, &plain).await.unwrap();
     assert_eq!(
         pull(&remote, &store, &plain).await.unwrap().reference,
         pinned
     );
+}
+
+#[tokio::test]
+async fn a_fetch_writes_nothing_until_it_is_committed() {
+    let registry = TestRegistry::start();
+    let wasm = component(AGENT_LINEAGE);
+    let tagged = reference(&registry, "dsh/staged:v1");
+    let pinned = push(&wasm, Some(SIGNATURE), &tagged, &Options::default())
+        .await
+        .unwrap();
+    let (store, _dir) = store();
+    let pulled = fetch(&tagged, &Options::default()).await.unwrap();
+    assert_eq!(pulled.artifact().reference, pinned);
+    assert_eq!(pulled.artifact().wasm, wasm);
+    assert!(is_empty(&store), "fetched, not yet committed");
+    let stored = pulled.commit(&store).unwrap();
+    assert_eq!(store.load(&pinned).unwrap(), stored);
+}
+
+/// A reference to `rest` on the hostile server.
+fn hostile(server: &HostileServer, rest: &str) -> OciReference {
+    OciReference::parse(&format!("oci://{}/{rest}", server.host())).unwrap()
+}
+
+/// `401` asking for an anonymous bearer token from `realm`.
+fn challenge(realm: &str) -> Reply {
+    Reply::status(401).header(
+        "WWW-Authenticate",
+        &format!("Bearer realm=\"{realm}\",service=\"hostile\""),
+    )
+}
+
+/// The longest error message a registry's answer may make: the excerpt is
+/// short, whatever the registry sent.
+const SHORT: usize = 600;
+
+#[tokio::test]
+async fn a_token_endpoint_that_never_stops_talking_is_cut_at_its_cap() {
+    let server = HostileServer::start(|request| {
+        let realm = format!("http://{}/token", request.header("host").unwrap());
+        match request.path() {
+            "/v2/" => challenge(&realm),
+            "/token" if request.target.contains("refused") => Reply::new(403, Body::Endless),
+            "/token" => Reply::new(200, Body::Endless),
+            _ => Reply::status(404),
+        }
+    });
+    let (store, _dir) = store();
+    let options = Options::default();
+    let tagged = hostile(&server, "dsh/endless:v1");
+    let pulled = pull(&tagged, &store, &options).await.unwrap_err();
+    let pushed = push(b"\0asm", None, &tagged, &options).await.unwrap_err();
+    for error in [pulled, pushed] {
+        assert_problem!(
+            error,
+            OciProblem::TooLarge {
+                what: "token",
+                cap: MAX_TOKEN_BYTES
+            }
+        );
+    }
+    let token = (server.requests().into_iter())
+        .find(|request| request.path() == "/token")
+        .unwrap();
+    assert!(
+        token
+            .target
+            .contains("scope=repository%3Adsh%2Fendless%3Apull&service=hostile"),
+        "{}",
+        token.target
+    );
+
+    // Refused, with an endless reason: the error quotes a little of it.
+    let error = pull(&hostile(&server, "dsh/refused:v1"), &store, &options)
+        .await
+        .unwrap_err();
+    assert_problem!(
+        error,
+        OciProblem::Status {
+            status: 403,
+            what: "token",
+            ..
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.len() < SHORT && message.ends_with("xxx…`"),
+        "{message}"
+    );
+    assert!(is_empty(&store));
+}
+
+#[tokio::test]
+async fn huge_error_answers_on_push_and_pull_are_quoted_in_a_short_excerpt() {
+    const HUGE: u64 = 32 << 20;
+    let server = HostileServer::start(|request| {
+        let (method, path) = (request.method.as_str(), request.path());
+        match (method, path) {
+            ("GET", "/v2/") => Reply::status(200),
+            // The upload of dsh/upload fails; dsh/manifest has every blob
+            // already, and its manifest is refused.
+            ("HEAD", _) if path.starts_with("/v2/dsh/upload/") => Reply::status(404),
+            ("HEAD", _) => Reply::status(200),
+            ("POST", _) => Reply::new(500, Body::Sized(HUGE)),
+            ("PUT", _) => Reply::new(400, Body::Endless),
+            ("GET", _) => Reply::new(502, Body::Sized(HUGE)),
+            _ => Reply::status(405),
+        }
+    });
+    let options = Options::default();
+    let wasm = component(AGENT_LINEAGE);
+    let upload = hostile(&server, "dsh/upload:v1");
+    let error = push(&wasm, None, &upload, &options).await.unwrap_err();
+    assert_problem!(
+        error,
+        OciProblem::Status {
+            status: 500,
+            what: "upload",
+            ..
+        }
+    );
+    let manifest = hostile(&server, "dsh/manifest:v1");
+    let error2 = push(&wasm, None, &manifest, &options).await.unwrap_err();
+    assert_problem!(
+        error2,
+        OciProblem::Status {
+            status: 400,
+            what: "manifest",
+            ..
+        }
+    );
+    let (store, _dir) = store();
+    let pulled = hostile(&server, "dsh/pull:v1");
+    let error3 = pull(&pulled, &store, &options).await.unwrap_err();
+    assert_problem!(
+        error3,
+        OciProblem::Status {
+            status: 502,
+            what: "manifest",
+            ..
+        }
+    );
+    for error in [error, error2, error3] {
+        let message = error.to_string();
+        assert!(
+            message.len() < SHORT && message.ends_with("xxx…`"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_registry_that_trickles_its_token_meets_the_deadline() {
+    let server = HostileServer::start(|request| match request.path() {
+        "/v2/" => challenge(&format!("http://{}/token", request.header("host").unwrap())),
+        "/token" => Reply::new(200, Body::Trickle(br#"{"token":"slow"}"#.to_vec())),
+        _ => Reply::status(404),
+    });
+    let (store, _dir) = store();
+    let options = Options {
+        deadline: Duration::from_secs(2),
+        ..Options::default()
+    };
+    let tagged = hostile(&server, "dsh/slow:v1");
+    let pulled = pull(&tagged, &store, &options).await.unwrap_err();
+    let pushed = push(b"\0asm", None, &tagged, &options).await.unwrap_err();
+    for error in [pulled, pushed] {
+        assert_problem!(error, OciProblem::Deadline(deadline) if deadline == Duration::from_secs(2));
+        assert!(
+            error.to_string().contains("network deadline of 2 s"),
+            "{error}"
+        );
+    }
+    assert!(is_empty(&store));
+}
+
+/// The name the tests give "another host": mapped to 127.0.0.1 by the
+/// client's resolver override, so no traffic leaves this machine.
+const ELSEWHERE: &str = "registry.example.test";
+
+#[tokio::test]
+async fn a_redirect_never_takes_a_pull_to_plain_http_elsewhere_nor_the_token_with_it() {
+    let server = HostileServer::start(|request| {
+        let host = request.header("host").unwrap();
+        let port = host.rsplit_once(':').unwrap().1;
+        let elsewhere = format!("http://{ELSEWHERE}:{port}");
+        match request.path() {
+            "/v2/" if host.starts_with(ELSEWHERE) => challenge(&format!("{elsewhere}/token")),
+            "/v2/" => Reply::status(200),
+            "/token" => Reply::text(200, r#"{"token":"sekrit"}"#),
+            "/v2/dsh/away/manifests/v1" => {
+                Reply::redirect(&format!("{elsewhere}/v2/dsh/away/manifests/v1"))
+            }
+            "/v2/dsh/home/manifests/v1" if host.starts_with(ELSEWHERE) => {
+                Reply::redirect(&format!("http://127.0.0.1:{port}/moved"))
+            }
+            "/v2/dsh/third/manifests/v1" => {
+                Reply::redirect(&format!("http://other.example.test:{port}/moved"))
+            }
+            _ => Reply::status(404),
+        }
+    });
+    let loopback = std::net::IpAddr::from([127, 0, 0, 1]);
+    let options = Options {
+        resolve: vec![
+            (ELSEWHERE.to_string(), loopback),
+            ("other.example.test".to_string(), loopback),
+        ],
+        ..Options::default()
+    };
+    let (store, _dir) = store();
+
+    // From a loopback registry to plain HTTP on another name: refused, and
+    // never sent.
+    let error = pull(&hostile(&server, "dsh/away:v1"), &store, &options)
+        .await
+        .unwrap_err();
+    assert_problem!(error, OciProblem::PlainHttp { ref url } if url.contains(ELSEWHERE));
+    assert!(error.to_string().contains("--plain-http"), "{error}");
+    let reached_elsewhere = |server: &HostileServer| {
+        (server.requests().iter())
+            .filter(|request| request.header("host").unwrap().starts_with(ELSEWHERE))
+            .count()
+    };
+    assert_eq!(reached_elsewhere(&server), 0);
+
+    // The registry given --plain-http may be plain HTTP itself (its token
+    // realm too), and a redirect to loopback is followed, without the token.
+    let port = server.port();
+    let named =
+        |rest: &str| OciReference::parse(&format!("oci://{ELSEWHERE}:{port}/{rest}")).unwrap();
+    let plain = Options {
+        plain_http: true,
+        ..options.clone()
+    };
+    let error = pull(&named("dsh/home:v1"), &store, &plain)
+        .await
+        .unwrap_err();
+    assert_problem!(error, OciProblem::Unknown("tag"));
+    let requests = server.requests();
+    let authorization = |path: &str| {
+        let request = requests.iter().find(|r| r.path() == path).unwrap();
+        request.header("authorization").map(str::to_string)
+    };
+    assert_eq!(
+        authorization("/v2/dsh/home/manifests/v1").as_deref(),
+        Some("Bearer sekrit"),
+        "the registry itself gets the token"
+    );
+    assert_eq!(authorization("/moved"), None, "another host never does");
+
+    // --plain-http names that registry only: a redirect to plain HTTP on a
+    // third name is refused.
+    let error = pull(&named("dsh/third:v1"), &store, &plain)
+        .await
+        .unwrap_err();
+    assert_problem!(error, OciProblem::PlainHttp { ref url } if url.contains("other.example.test"));
+    assert!(is_empty(&store));
+}
+
+#[tokio::test]
+async fn a_token_realm_on_plain_http_elsewhere_is_refused() {
+    let server = HostileServer::start(|request| {
+        let port = request
+            .header("host")
+            .unwrap()
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .to_string();
+        match request.path() {
+            "/v2/" => challenge(&format!("http://{ELSEWHERE}:{port}/token")),
+            _ => Reply::text(200, r#"{"token":"t"}"#),
+        }
+    });
+    let options = Options {
+        resolve: vec![(ELSEWHERE.to_string(), [127, 0, 0, 1].into())],
+        ..Options::default()
+    };
+    let (store, _dir) = store();
+    let error = pull(&hostile(&server, "dsh/realm:v1"), &store, &options)
+        .await
+        .unwrap_err();
+    assert_problem!(error, OciProblem::PlainHttp { ref url } if url.contains(ELSEWHERE));
+    assert_eq!(server.requests().len(), 1, "only /v2/ was asked");
 }

@@ -6,6 +6,13 @@
 //!
 //! Note: distribution answers manifest requests only with an OCI `Accept`
 //! header; clients here send one.
+//!
+//! [`HostileServer`] is the other kind of peer: a registry that lies, stalls
+//! and floods, answering as the test says.
+
+mod hostile;
+
+pub use hostile::{Body, HostileServer, Reply, Request};
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
