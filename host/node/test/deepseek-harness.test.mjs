@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
@@ -234,4 +235,20 @@ test('the README\'s harness configuration loads the plugin as written', async ()
       else process.env[key] = value;
     }
   }
+});
+
+test('a manifest\'s [trust] holds through the plugin: an unsigned contributor is refused at load', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsh-env-harness-trust-'));
+  execFileSync('minisign', ['-G', '-W', '-p', join(dir, 'k.pub'), '-s', join(dir, 'k.key')], { stdio: 'ignore' });
+  const key = readFileSync(join(dir, 'k.pub'), 'utf8').split('\n')[1];
+  const manifest = join(dir, 'dsh-env.toml');
+  writeFileSync(
+    manifest,
+    `[trust]\nkeys = [${JSON.stringify(key)}]\nrequire_signature = true\n\n` +
+      `[[contributor]]\npath = ${JSON.stringify(guest('agent_lineage'))}\n`,
+  );
+  const ctx = await harness();
+  const refused = ctx.plugin(DshEnv, { manifest, home, compiler });
+  await assert.rejects(async () => await refused, /agent_lineage\.wasm.*(unsigned|signature)/i);
+  assert.equal(ctx.shellEnv.list().some((row) => row.contributor === 'agent-lineage'), false);
 });
