@@ -131,6 +131,13 @@ class Registry {
   /** Loads, declares (checked) and registers the component at `path`. */
   async register(path, options = {}) {
     const { config, limits, grants, onError, sha256, signature } = options;
+    // NaN and Infinity would cross as null, which reads as "not given": refuse
+    // them here; the addon checks the rest (whole, in range).
+    for (const [key, value] of Object.entries(limits ?? {})) {
+      if (value !== undefined && !Number.isFinite(value)) {
+        throw new DshEnvError({ message: `limits.${key} must be a finite number, not ${String(value)}`, code: 'DSH_INVALID_ARGUMENT' });
+      }
+    }
     const entry = { config, limits: snakeCase(limits), grants, on_error: onError, sha256, signature };
     for (const key of Object.keys(entry)) if (entry[key] === undefined) delete entry[key];
     return new Registration(await guard(() => this.#native.register(path, entry)));
