@@ -264,7 +264,9 @@ impl Request {
         // request is a notification, run but never answered.
         let id = match envelope.id.map(RawValue::get) {
             None => None,
-            Some(id) if id.starts_with(['"', '-', '0'..='9']) || id == "null" => {
+            Some(id) if id.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit())
+                || id == "null" =>
+            {
                 Some(serde_json::from_str(id).map_err(RpcError::invalid)?)
             }
             Some(_) => return Err(RpcError::invalid("`id` must be a string, a number or null")),

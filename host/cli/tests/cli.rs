@@ -1412,7 +1412,16 @@ fn serve_refuses_numbers_out_of_range_naming_them() {
     requests.extend(limits.iter().enumerate().map(|(id, (limits, _))| {
         rpc(100 + id, "register", serde_json::json!({"path": PUPPET, "limits": limits}))
     }));
+    // Each name in `env` costs a map entry beside its bytes: 4096 at most.
+    let env: serde_json::Map<String, serde_json::Value> =
+        (0..4097).map(|i| (format!("V{i}"), serde_json::json!(""))).collect();
+    requests.push(rpc(200, "exec", serde_json::json!({"execution": execution,
+        "command": "true", "env": env})));
     let answers = serve_answers(&f, &[], &requests);
+    assert_eq!(
+        answers.last().unwrap()["error"]["message"],
+        "invalid params: env holds 4097 names, over the limit of 4096"
+    );
     for (answer, timeout) in answers.iter().zip(&timeouts) {
         assert_eq!(answer["error"]["code"], -32602, "{answer}");
         assert_eq!(

@@ -51,11 +51,7 @@ impl TimeoutUnit {
 
 /// A timeout given as a number that is not a whole number of its unit from
 /// 1 to [`MAX_TIMEOUT`]: negative, NaN, fractional, 0 or too large.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{option} must be a whole number of {} from 1 to {}, not {value}", match .unit {
-    TimeoutUnit::Seconds => "seconds",
-    TimeoutUnit::Milliseconds => "milliseconds",
-}, .unit.max())]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeoutError {
     /// The option, as its caller names it (`timeout_ms`, `timeoutMs`).
     pub option: String,
@@ -64,6 +60,24 @@ pub struct TimeoutError {
     /// The number given, as written.
     pub value: String,
 }
+
+impl std::fmt::Display for TimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.unit {
+            TimeoutUnit::Seconds => "seconds",
+            TimeoutUnit::Milliseconds => "milliseconds",
+        };
+        write!(
+            f,
+            "{} must be a whole number of {unit} from 1 to {}, not {}",
+            self.option,
+            self.unit.max(),
+            self.value
+        )
+    }
+}
+
+impl std::error::Error for TimeoutError {}
 
 /// The timeout `value` (in `unit`s) given for `option`, checked: a whole
 /// number from 1 to [`MAX_TIMEOUT`]. `shown` is the number as the caller

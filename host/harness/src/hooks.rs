@@ -34,7 +34,7 @@
 //! ([`EVENTS`]), as a misspelled `PreToolUse` would turn a guard off in
 //! silence. A file is bounded as a whole: its size (1 MiB), each regular
 //! expression's compiled size ([`MATCHER_SIZE_LIMIT`]) and their number
-//! ([`MAX_PATTERN_MATCHERS`]), each hook's `timeout` ([`MAX_TIMEOUT`]).
+//! ([`MAX_PATTERN_MATCHERS`]), each hook's `timeout` ([`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT)).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -46,8 +46,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::executor::{
-    LocalExecutor, MAX_TIMEOUT, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit,
-    checked_timeout,
+    LocalExecutor, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
 };
 use crate::session::Session;
 use dsh_env::execution::ToolExecution;
@@ -129,7 +128,7 @@ struct HookCommand {
     #[serde(default)]
     command: String,
     /// Seconds: any JSON number, checked when the file is read so that the
-    /// error names the field (see [`MAX_TIMEOUT`]).
+    /// error names the field (see [`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT)).
     timeout: Option<serde_json::Number>,
     /// Claude Code's permission-rule filter (`"Bash(rm *)"`): refused, as
     /// running the hook for every call would be wrong.
@@ -296,7 +295,7 @@ pub const MATCHER_SIZE_LIMIT: usize = 256 << 10;
 pub const MAX_PATTERN_MATCHERS: usize = 64;
 
 impl HookCommand {
-    /// Its `timeout`, or the default: whole seconds from 1 to [`MAX_TIMEOUT`].
+    /// Its `timeout`, or the default: whole seconds from 1 to [`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT).
     fn timeout(&self) -> Result<Duration, TimeoutError> {
         let Some(number) = &self.timeout else {
             return Ok(DEFAULT_HOOK_TIMEOUT);
