@@ -1366,6 +1366,7 @@ fn serve_holds_what_a_flood_sent_not_a_multiple_of_it() {
         .and_then(|value| value.trim().strip_suffix("kB"))
         .map(|kib| kib.trim().parse().unwrap())
         .expect("VmHWM in /proc/<pid>/status");
+    eprintln!("serve's peak resident memory: {} MiB", peak_kib >> 10);
     std::fs::write(&go, "").unwrap();
     let answers = client.finish();
     assert_eq!(answers.len(), 16, "{answers:?}");
