@@ -264,8 +264,9 @@ impl Request {
         // request is a notification, run but never answered.
         let id = match envelope.id.map(RawValue::get) {
             None => None,
-            Some(id) if id.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit())
-                || id == "null" =>
+            Some(id)
+                if id.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit())
+                    || id == "null" =>
             {
                 Some(serde_json::from_str(id).map_err(RpcError::invalid)?)
             }
@@ -306,7 +307,9 @@ impl Message {
         let parse = |err| RpcError::new(PARSE_ERROR, format!("parse error: {err}"));
         if line.trim_start().starts_with('[') {
             let members: Vec<&RawValue> = serde_json::from_str(line).map_err(parse)?;
-            Ok(Message::Batch(members.into_iter().map(Request::read).collect()))
+            Ok(Message::Batch(
+                members.into_iter().map(Request::read).collect(),
+            ))
         } else {
             let raw: &RawValue = serde_json::from_str(line).map_err(parse)?;
             Ok(Message::One(Request::read(raw)))
@@ -461,9 +464,8 @@ pub(crate) async fn serve(registered: Registered) -> std::io::Result<()> {
                 continue;
             }
             Ok((_, members)) if *members > MAX_IN_FLIGHT => {
-                let message = format!(
-                    "a batch of {members} requests is over the limit of {MAX_IN_FLIGHT}"
-                );
+                let message =
+                    format!("a batch of {members} requests is over the limit of {MAX_IN_FLIGHT}");
                 answer_now(&slots, &responses, RpcError::invalid(message)).await;
                 continue;
             }

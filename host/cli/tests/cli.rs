@@ -1395,29 +1395,60 @@ fn serve_refuses_numbers_out_of_range_naming_them() {
         serde_json::json!(1e300),
     ];
     let limits = [
-        (serde_json::json!({"deadline_ms": -1}), "limits.deadline_ms: invalid value: integer `-1`"),
-        (serde_json::json!({"deadline_ms": 2.5}), "limits.deadline_ms: invalid type: floating point `2.5`"),
-        (serde_json::json!({"deadline_ms": 3_600_001}), "limits.deadline_ms must be from 1 to 3600000"),
-        (serde_json::json!({"max_pairs": 1u64 << 40}), "limits.max_pairs must be at most 1048576"),
-        (serde_json::json!({"max_value_bytes": 1u64 << 40}), "limits.max_value_bytes must be at most 536870912"),
-        (serde_json::json!({"compile_cpu_ms": 1e20}), "limits.compile_cpu_ms: invalid type: floating point"),
+        (
+            serde_json::json!({"deadline_ms": -1}),
+            "limits.deadline_ms: invalid value: integer `-1`",
+        ),
+        (
+            serde_json::json!({"deadline_ms": 2.5}),
+            "limits.deadline_ms: invalid type: floating point `2.5`",
+        ),
+        (
+            serde_json::json!({"deadline_ms": 3_600_001}),
+            "limits.deadline_ms must be from 1 to 3600000",
+        ),
+        (
+            serde_json::json!({"max_pairs": 1u64 << 40}),
+            "limits.max_pairs must be at most 1048576",
+        ),
+        (
+            serde_json::json!({"max_value_bytes": 1u64 << 40}),
+            "limits.max_value_bytes must be at most 536870912",
+        ),
+        (
+            serde_json::json!({"compile_cpu_ms": 1e20}),
+            "limits.compile_cpu_ms: invalid type: floating point",
+        ),
     ];
     let mut requests: Vec<serde_json::Value> = timeouts
         .iter()
         .enumerate()
         .map(|(id, timeout)| {
-            rpc(id, "exec", serde_json::json!({"execution": execution, "command": "true",
-                "timeout_ms": timeout}))
+            rpc(
+                id,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true",
+                "timeout_ms": timeout}),
+            )
         })
         .collect();
     requests.extend(limits.iter().enumerate().map(|(id, (limits, _))| {
-        rpc(100 + id, "register", serde_json::json!({"path": PUPPET, "limits": limits}))
+        rpc(
+            100 + id,
+            "register",
+            serde_json::json!({"path": PUPPET, "limits": limits}),
+        )
     }));
     // Each name in `env` costs a map entry beside its bytes: 4096 at most.
-    let env: serde_json::Map<String, serde_json::Value> =
-        (0..4097).map(|i| (format!("V{i}"), serde_json::json!(""))).collect();
-    requests.push(rpc(200, "exec", serde_json::json!({"execution": execution,
-        "command": "true", "env": env})));
+    let env: serde_json::Map<String, serde_json::Value> = (0..4097)
+        .map(|i| (format!("V{i}"), serde_json::json!("")))
+        .collect();
+    requests.push(rpc(
+        200,
+        "exec",
+        serde_json::json!({"execution": execution,
+        "command": "true", "env": env}),
+    ));
     let answers = serve_answers(&f, &[], &requests);
     assert_eq!(
         answers.last().unwrap()["error"]["message"],
@@ -1452,16 +1483,36 @@ fn cli_numbers_out_of_range_are_refused_naming_the_option() {
     for value in ["-1", "1.5", "0", "86401", "99999999999999999999", "NaN"] {
         let flag = format!("--timeout-secs={value}");
         let output = f.run(&["run", "--home", &home, &flag, "--", "true"], &[]);
-        assert_eq!(output.status.code(), Some(125), "{value}: {}", stderr(&output));
-        assert!(stderr(&output).contains("--timeout-secs"), "{}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(125),
+            "{value}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("--timeout-secs"),
+            "{}",
+            stderr(&output)
+        );
     }
     for value in ["-1", "1.5", "1048577", "NaN"] {
         let flag = format!("--max-mib={value}");
         let output = f.run(&["cache", "--home", &home, "gc", &flag], &[]);
-        assert_eq!(output.status.code(), Some(2), "{value}: {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{value}: {}",
+            stderr(&output)
+        );
         assert!(stderr(&output).contains("--max-mib"), "{}", stderr(&output));
-        let output = f.run(&["cache", "--home", &home, "list"], &[("DSH_CACHE_MAX_MIB", value)]);
-        assert_config_error(&output, &["$DSH_CACHE_MAX_MIB must be a whole number of MiB from 0 to 1048576"]);
+        let output = f.run(
+            &["cache", "--home", &home, "list"],
+            &[("DSH_CACHE_MAX_MIB", value)],
+        );
+        assert_config_error(
+            &output,
+            &["$DSH_CACHE_MAX_MIB must be a whole number of MiB from 0 to 1048576"],
+        );
     }
 }
 

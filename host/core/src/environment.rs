@@ -229,9 +229,9 @@ impl ScrubPolicy {
         }
         let upper = name.to_ascii_uppercase();
         let family = CREDENTIAL_FAMILIES.iter().find(|family| {
-            upper.strip_prefix(family.prefix).is_some_and(|rest| {
-                family.markers.iter().any(|marker| rest.contains(marker))
-            })
+            upper
+                .strip_prefix(family.prefix)
+                .is_some_and(|rest| family.markers.iter().any(|marker| rest.contains(marker)))
         });
         if let Some(family) = family {
             return Some(ScrubReason::ToolConfig(family.tool));

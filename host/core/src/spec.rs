@@ -464,7 +464,12 @@ impl LimitsEntry {
         let max_bytes = crate::engine::MAX_MEMORY_BYTES;
         let caps = [
             (self.max_keys, "max_keys", MAX_COUNT, &mut limits.max_keys),
-            (self.max_pairs, "max_pairs", MAX_COUNT, &mut limits.max_pairs),
+            (
+                self.max_pairs,
+                "max_pairs",
+                MAX_COUNT,
+                &mut limits.max_pairs,
+            ),
             (
                 self.max_value_bytes,
                 "max_value_bytes",

@@ -162,12 +162,13 @@ impl Registry {
         };
         fields.insert("path".into(), Value::String(path));
         // The error names the option at fault by its path (`limits.deadline_ms`).
-        let entry: ContributorEntry = serde_path_to_error::deserialize(entry).map_err(|e| {
-            match e.path().to_string().as_str() {
-                "." => invalid(format!("register options: {}", e.inner())),
-                path => invalid(format!("register options: {path}: {}", e.inner())),
-            }
-        })?;
+        let entry: ContributorEntry =
+            serde_path_to_error::deserialize(entry).map_err(|e| {
+                match e.path().to_string().as_str() {
+                    "." => invalid(format!("register options: {}", e.inner())),
+                    path => invalid(format!("register options: {path}: {}", e.inner())),
+                }
+            })?;
         let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process()))
             .map_err(|e| invalid(format!("register options: {e}")))?;
         let registry = self.inner.clone();

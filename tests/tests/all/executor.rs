@@ -239,7 +239,10 @@ fn config_shaped_credentials_are_scrubbed_family_by_family() {
                 ("AWS_SECRET_ACCESS_KEY", "k"),
                 ("AWS_SESSION_TOKEN", "t"),
                 ("AZURE_CLIENT_SECRET", "s"),
-                ("AZURE_STORAGE_CONNECTION_STRING", "AccountName=a;AccountKey=k"),
+                (
+                    "AZURE_STORAGE_CONNECTION_STRING",
+                    "AccountName=a;AccountKey=k",
+                ),
                 ("GOOGLE_APPLICATION_CREDENTIALS", "/k.json"),
                 ("CLOUDSDK_AUTH_ACCESS_TOKEN", "t"),
             ],

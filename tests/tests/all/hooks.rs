@@ -579,15 +579,23 @@ fn pathological_matchers_and_timeouts_are_refused() {
     let group = |matcher: &str| json!({"matcher": matcher, "hooks": [{"type": "command", "command": "true"}]});
     let huge = parse(json!({"hooks": {"PreToolUse": [group(r"(\w{100}){100}")]}})).unwrap();
     assert!(
-        huge.contains(r"PreToolUse: matcher `(\\w{100}){100}` compiles past the limit of 262144 bytes"),
+        huge.contains(
+            r"PreToolUse: matcher `(\\w{100}){100}` compiles past the limit of 262144 bytes"
+        ),
         "{huge}"
     );
     // Ordinary expressions, Unicode classes included, stay well inside it.
-    assert_eq!(parse(json!({"hooks": {"PreToolUse": [group(r"^mcp__\w+__(read|write)\w*$")]}})), None);
+    assert_eq!(
+        parse(json!({"hooks": {"PreToolUse": [group(r"^mcp__\w+__(read|write)\w*$")]}})),
+        None
+    );
     let many = |n: usize| json!({"hooks": {"PreToolUse": (0..n).map(|i| group(&format!("^Tool{i}$"))).collect::<Vec<_>>()}});
     assert_eq!(parse(many(64)), None);
     let too_many = parse(many(65)).unwrap();
-    assert!(too_many.contains("more than 64 matchers are regular expressions"), "{too_many}");
+    assert!(
+        too_many.contains("more than 64 matchers are regular expressions"),
+        "{too_many}"
+    );
     for timeout in [json!(-1), json!(1.5), json!(0), json!(86401), json!(1e300)] {
         let hooks = json!({"hooks": {"PreToolUse": [{"hooks": [
             {"type": "command", "command": "./guard.sh", "timeout": timeout}]}]}});
@@ -630,7 +638,8 @@ async fn a_flooding_hook_is_cut_and_at_most_16_hooks_run_at_once() {
             s = started.display()
         )})
     };
-    let hooks = json!({"hooks": {"PreToolUse": [{"hooks": (0..17).map(waiter).collect::<Vec<_>>()}]}});
+    let hooks =
+        json!({"hooks": {"PreToolUse": [{"hooks": (0..17).map(waiter).collect::<Vec<_>>()}]}});
     let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
     let timed_out: Vec<bool> = record.hooks.iter().map(|run| run.timed_out).collect();
     let mut expected = vec![true; 16];
