@@ -160,7 +160,10 @@ export interface ExecOptions {
   /** Ordinary variables for the child; no `DSH_*` name. */
   env?: Record<string, string>;
   stdin?: string;
-  /** Kill the command's process group after this long (default 120000). */
+  /**
+   * Kill the command's process group after this long: whole milliseconds
+   * from 1 to 86400000 (a day), default 120000; any other number is refused.
+   */
   timeoutMs?: number;
 }
 

@@ -165,6 +165,13 @@ class Registry {
 
   /** Loads, declares (checked) and registers the component at `path`. */
   async register(path, options = {}) {
+    // NaN and Infinity would cross as null, which reads as "not given": refuse
+    // them here; the addon checks the rest (whole, in range).
+    for (const [key, value] of Object.entries(options.limits ?? {})) {
+      if (value !== undefined && !Number.isFinite(value)) {
+        throw new DshEnvError({ message: `limits.${key} must be a finite number, not ${String(value)}`, code: 'DSH_INVALID_ARGUMENT' });
+      }
+    }
     // Every option reaches the addon, which refuses an unknown one by name
     // (a `trust` here among them: trust is the registry's, set by `open`).
     const entry = snakeCase({ ...options, limits: snakeCase(options.limits) });

@@ -14,6 +14,9 @@ use crate::setup::{CliResult, Failure, print_json, resolve_home};
 /// The variable that sets the cache's size cap, in MiB.
 pub(crate) const MAX_MIB_VAR: &str = "DSH_CACHE_MAX_MIB";
 
+/// The largest cache cap, in MiB (1 TiB: beyond that a cap means nothing).
+const MAX_MIB: u64 = 1 << 20;
+
 /// The arguments of `cache`.
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -34,8 +37,9 @@ enum Action {
     },
     /// Remove the least recently used entries until the cache fits.
     Gc {
-        /// The size to cut back to (default: the cap, $DSH_CACHE_MAX_MIB or 512).
-        #[arg(long, value_name = "N")]
+        /// The size to cut back to, 0 to 1048576 (default: the cap,
+        /// $DSH_CACHE_MAX_MIB or 512).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=MAX_MIB))]
         max_mib: Option<u64>,
     },
     /// Remove every entry; the next load of each component compiles it again.
@@ -47,12 +51,17 @@ enum Action {
 pub(crate) fn home_cache(home: &Path) -> CliResult<ArtifactCache> {
     let max_bytes = match std::env::var(MAX_MIB_VAR) {
         Err(std::env::VarError::NotPresent) => DEFAULT_MAX_BYTES,
-        Ok(text) => mib(text.trim().parse().map_err(|_| {
-            Failure::config(format!(
-                "${MAX_MIB_VAR} must be a whole number of MiB, not `{}`",
-                escape_controls(&text)
-            ))
-        })?),
+        Ok(text) => mib(text
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| *n <= MAX_MIB)
+            .ok_or_else(|| {
+                Failure::config(format!(
+                    "${MAX_MIB_VAR} must be a whole number of MiB from 0 to {MAX_MIB}, not `{}`",
+                    escape_controls(&text)
+                ))
+            })?),
         Err(std::env::VarError::NotUnicode(_)) => {
             return Err(Failure::config(format!("${MAX_MIB_VAR} is not UTF-8")));
         }

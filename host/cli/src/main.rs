@@ -112,6 +112,9 @@ fn main() -> ExitCode {
         }
         Err(err) => err.exit(),
     };
+    if !matches!(cli.command, Command::Run(_) | Command::Serve { .. }) {
+        default_sigpipe();
+    }
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -138,6 +141,18 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// Gives SIGPIPE its default action, as C tools have it: a command that
+/// prints (`resolve --json | head -c 1`) then ends quietly when its reader
+/// goes away, instead of panicking in `println!` on EPIPE. Not for `run`,
+/// whose exit code must stay its command's (its command gets the default
+/// action from std's spawn either way), nor `serve`, which reports a closed
+/// stdout as exit 1.
+fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL, before any thread
+    // is started, touches no memory.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 /// Whether the subcommand is `run` (its first word that is not a flag).

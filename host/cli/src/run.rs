@@ -37,8 +37,9 @@ pub(crate) struct Args {
     /// keeps stdout and stderr, gets no stdin and no timeout.
     #[arg(long)]
     background: bool,
-    /// Kill the command after this many seconds (exit code 124).
-    #[arg(long, default_value_t = 600)]
+    /// Kill the command after this many seconds (exit code 124): 1 to 86400.
+    #[arg(long, default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..=dsh_env_harness::MAX_TIMEOUT.as_secs()))]
     timeout_secs: u64,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]

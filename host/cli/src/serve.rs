@@ -14,6 +14,12 @@
 //! UTF-8 gets a parse error, a longer one an invalid-request error (both
 //! with id null), and serving goes on. At the end of stdin, the requests in
 //! flight are finished and answered, then serving ends.
+//!
+//! A line is checked as JSON without building anything, then each request's
+//! `params` are deserialized straight into its method's typed parameters
+//! (members a method does not read, such as an execution's `arguments`, are
+//! skipped, never kept): a request holds its line until then, and its typed
+//! parameters after, never a JSON tree many times the line's size.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -27,8 +33,12 @@ use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,
 };
-use dsh_env_harness::{ExecError, ExecReport, LocalExecutor, ShellExecRequest};
+use dsh_env_harness::{
+    ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
+};
 use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -58,6 +68,10 @@ const LINES_AHEAD: usize = 4;
 /// output (up to 1 MiB per stream), and a `register` a compile process.
 const MAX_IN_FLIGHT: usize = 16;
 
+/// Names in `exec`'s `env` at most: each costs a map entry beside its bytes,
+/// so this bounds what typing `env` adds to the request's line.
+const MAX_EXEC_ENV: usize = 4096;
+
 /// A JSON-RPC error, with what it names as `data`.
 struct RpcError {
     code: i64,
@@ -76,6 +90,24 @@ impl RpcError {
 
     fn params(err: impl std::fmt::Display) -> Self {
         Self::new(INVALID_PARAMS, format!("invalid params: {err}"))
+    }
+
+    /// Invalid params, from deserializing them, naming the member at fault;
+    /// the position in the params' text is left out, as it is no place in
+    /// the line.
+    fn typing(err: &serde_path_to_error::Error<serde_json::Error>) -> Self {
+        let (inner, path) = (err.inner(), err.path().to_string());
+        let text = inner.to_string();
+        let position = format!(" at line {} column {}", inner.line(), inner.column());
+        let text = text.strip_suffix(&position).unwrap_or(&text);
+        match path.as_str() {
+            "." => Self::params(text),
+            path => Self::params(format!("{path}: {text}")),
+        }
+    }
+
+    fn invalid(message: impl std::fmt::Display) -> Self {
+        Self::new(INVALID_REQUEST, format!("invalid request: {message}"))
     }
 
     fn app(err: impl std::fmt::Display) -> Self {
@@ -113,18 +145,191 @@ struct DisposeParams {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CollectParams {
-    execution: Value,
+    /// Typed as it is read: the members it does not know are skipped.
+    execution: ToolExecution,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExecParams {
-    execution: Value,
+    execution: ToolExecution,
     command: String,
     #[serde(default)]
     env: BTreeMap<String, String>,
     stdin: Option<String>,
-    timeout_ms: Option<u64>,
+    /// Any JSON number, checked by [`ExecParams::timeout`] so that the error
+    /// names the member.
+    timeout_ms: Option<serde_json::Number>,
+}
+
+impl ExecParams {
+    /// `timeout_ms`, if given: whole milliseconds from 1 to a day.
+    fn timeout(&self) -> Result<Option<Duration>, RpcError> {
+        let Some(number) = &self.timeout_ms else {
+            return Ok(None);
+        };
+        let value = number.as_f64().unwrap_or(f64::NAN);
+        checked_timeout("timeout_ms", value, number, TimeoutUnit::Milliseconds)
+            .map(Some)
+            .map_err(RpcError::params)
+    }
+}
+
+/// A method with its parameters, typed.
+enum Call {
+    Initialize,
+    Register(Box<dsh_env::ContributorEntry>),
+    Dispose(DisposeParams),
+    List,
+    Collect(Box<CollectParams>),
+    Exec(Box<ExecParams>),
+}
+
+/// `params` (a JSON object's text) as `T`; an error names the member at
+/// fault by its path (`limits.deadline_ms`).
+fn typed<T: DeserializeOwned>(params: &str) -> Result<T, RpcError> {
+    let mut deserializer = serde_json::Deserializer::from_str(params);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| RpcError::typing(&err))
+}
+
+impl Call {
+    /// `method`'s call, its params typed from `params` (an object's text).
+    fn read(method: &str, params: &str) -> Result<Call, RpcError> {
+        Ok(match method {
+            "initialize" => typed::<NoParams>(params).map(|_| Call::Initialize)?,
+            "register" => Call::Register(typed(params)?),
+            "dispose" => Call::Dispose(typed(params)?),
+            "list" => typed::<NoParams>(params).map(|_| Call::List)?,
+            "collect" => Call::Collect(typed(params)?),
+            "exec" => {
+                let exec: Box<ExecParams> = typed(params)?;
+                if exec.env.len() > MAX_EXEC_ENV {
+                    return Err(RpcError::params(format!(
+                        "env holds {} names, over the limit of {MAX_EXEC_ENV}",
+                        exec.env.len()
+                    )));
+                }
+                Call::Exec(exec)
+            }
+            other => {
+                return Err(RpcError::new(
+                    METHOD_NOT_FOUND,
+                    format!("method not found: `{}`", escape_controls(other)),
+                ));
+            }
+        })
+    }
+}
+
+/// A request object's members, borrowed from its line unparsed: the
+/// envelope's are checked, `params` is typed by its method. Each member is
+/// wrapped in `Some` when present, `null` included.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+}
+
+/// A member that is present, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// One request, read: its id (`None` for a notification) and its call.
+struct Request {
+    id: Option<Value>,
+    call: Result<Call, RpcError>,
+}
+
+impl Request {
+    /// Reads one request object from its text; an invalid request is
+    /// answered at once, with id null.
+    fn read(raw: &RawValue) -> Result<Request, RpcError> {
+        let text = raw.get();
+        let envelope = match serde_json::from_str::<Envelope>(text) {
+            Ok(envelope) => envelope,
+            Err(_) if !text.starts_with('{') => {
+                return Err(RpcError::invalid("a request is a JSON object"));
+            }
+            Err(err) => return Err(RpcError::invalid(err)),
+        };
+        // JSON-RPC 2.0: an id is a string, a number or null; without one the
+        // request is a notification, run but never answered.
+        let id = match envelope.id.map(RawValue::get) {
+            None => None,
+            Some(id)
+                if id.starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit())
+                    || id == "null" =>
+            {
+                Some(serde_json::from_str(id).map_err(RpcError::invalid)?)
+            }
+            Some(_) => return Err(RpcError::invalid("`id` must be a string, a number or null")),
+        };
+        let string = |raw: Option<&RawValue>| {
+            raw.and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        };
+        if string(envelope.jsonrpc).as_deref() != Some("2.0") {
+            return Err(RpcError::invalid("`jsonrpc` must be \"2.0\""));
+        }
+        let Some(method) = string(envelope.method) else {
+            return Err(RpcError::invalid("`method` must be a string"));
+        };
+        let call = match envelope.params.map(RawValue::get) {
+            None => Call::read(&method, "{}"),
+            Some(params) if params.starts_with('{') => Call::read(&method, params),
+            Some(params) if params.starts_with('[') => Err(RpcError::params(
+                "params must be an object (by name), not an array",
+            )),
+            Some(_) => return Err(RpcError::invalid("`params` must be an object")),
+        };
+        Ok(Request { id, call })
+    }
+}
+
+/// What one line holds: a request, or a batch of them (each read, or the
+/// error that answers it).
+enum Message {
+    One(Result<Request, RpcError>),
+    Batch(Vec<Result<Request, RpcError>>),
+}
+
+impl Message {
+    /// Reads a line already checked to be JSON; a batch has 1 to
+    /// [`MAX_IN_FLIGHT`] members.
+    fn read(line: &str) -> Result<Message, RpcError> {
+        let parse = |err| RpcError::new(PARSE_ERROR, format!("parse error: {err}"));
+        if line.trim_start().starts_with('[') {
+            let members: Vec<&RawValue> = serde_json::from_str(line).map_err(parse)?;
+            Ok(Message::Batch(
+                members.into_iter().map(Request::read).collect(),
+            ))
+        } else {
+            let raw: &RawValue = serde_json::from_str(line).map_err(parse)?;
+            Ok(Message::One(Request::read(raw)))
+        }
+    }
+}
+
+/// How many requests a line holds, once it is checked to be JSON (building
+/// nothing: [`IgnoredAny`] and a vector of it hold no memory): a batch's
+/// members, or 1.
+fn count_requests(line: &str) -> Result<usize, RpcError> {
+    let parse = |err| RpcError::new(PARSE_ERROR, format!("parse error: {err}"));
+    if line.trim_start().starts_with('[') {
+        let members: Vec<IgnoredAny> = serde_json::from_str(line).map_err(parse)?;
+        Ok(members.len())
+    } else {
+        serde_json::from_str::<IgnoredAny>(line).map_err(parse)?;
+        Ok(1)
+    }
 }
 
 struct Server {
@@ -239,8 +444,7 @@ pub(crate) async fn serve(registered: Registered) -> std::io::Result<()> {
     while let Some(line) = lines.recv().await {
         let request = match line {
             Ok(Line::Text(line)) if line.trim().is_empty() => continue,
-            Ok(Line::Text(line)) => serde_json::from_str::<Value>(&line)
-                .map_err(|err| RpcError::new(PARSE_ERROR, format!("parse error: {err}"))),
+            Ok(Line::Text(line)) => count_requests(&line).map(|members| (line, members)),
             Ok(Line::NotUtf8) => Err(RpcError::new(
                 PARSE_ERROR,
                 "parse error: the request line is not UTF-8",
@@ -255,26 +459,29 @@ pub(crate) async fn serve(registered: Registered) -> std::io::Result<()> {
             }
         };
         let members = match &request {
-            Ok(Value::Array(batch)) if !batch.is_empty() && batch.len() <= MAX_IN_FLIGHT => {
-                batch.len()
-            }
-            Ok(Value::Array(batch)) if !batch.is_empty() => {
-                let message = format!(
-                    "invalid request: a batch of {} requests is over the limit of {MAX_IN_FLIGHT}",
-                    batch.len()
-                );
-                answer_now(&slots, &responses, RpcError::new(INVALID_REQUEST, message)).await;
+            Ok((_, 0)) => {
+                let error = RpcError::invalid("an empty batch");
+                answer_now(&slots, &responses, error).await;
                 continue;
             }
-            _ => 1,
+            Ok((_, members)) if *members > MAX_IN_FLIGHT => {
+                let message =
+                    format!("a batch of {members} requests is over the limit of {MAX_IN_FLIGHT}");
+                answer_now(&slots, &responses, RpcError::invalid(message)).await;
+                continue;
+            }
+            Ok((_, members)) => *members,
+            Err(_) => 1,
         };
         let Ok(permit) = slots.clone().acquire_many_owned(members as u32).await else {
             break;
         };
         let (server, responses) = (Arc::clone(&server), responses.clone());
         tokio::spawn(async move {
-            let response = match request {
-                Ok(request) => Arc::clone(&server).handle_message(request).await,
+            // The line is held only until its requests are typed.
+            let message = request.and_then(|(line, _)| Message::read(&line));
+            let response = match message {
+                Ok(message) => Arc::clone(&server).handle_message(message).await,
                 Err(err) => Some(err.into_response(Value::Null)),
             };
             if let Some(response) = response {
@@ -306,13 +513,10 @@ async fn answer_now(
 impl Server {
     /// The answer to one message (a request or a batch), `None` when nothing
     /// is owed: a notification, or a batch of them.
-    async fn handle_message(self: Arc<Self>, message: Value) -> Option<Value> {
+    async fn handle_message(self: Arc<Self>, message: Message) -> Option<Value> {
         match message {
-            Value::Array(batch) if batch.is_empty() => Some(
-                RpcError::new(INVALID_REQUEST, "invalid request: an empty batch")
-                    .into_response(Value::Null),
-            ),
-            Value::Array(batch) => {
+            Message::One(request) => self.handle_request(request).await,
+            Message::Batch(batch) => {
                 // Members run concurrently too, each in a slot of its own.
                 let members: Vec<_> = batch
                     .into_iter()
@@ -329,41 +533,18 @@ impl Server {
                 }
                 (!answers.is_empty()).then_some(Value::Array(answers))
             }
-            request => self.handle_request(request).await,
         }
     }
 
-    /// The answer to one request object, `None` for a notification.
-    async fn handle_request(&self, request: Value) -> Option<Value> {
-        let invalid = |message: &str| {
-            Some(
-                RpcError::new(INVALID_REQUEST, format!("invalid request: {message}"))
-                    .into_response(Value::Null),
-            )
+    /// The answer to one request, `None` for a notification.
+    async fn handle_request(&self, request: Result<Request, RpcError>) -> Option<Value> {
+        let Request { id, call } = match request {
+            Ok(request) => request,
+            Err(err) => return Some(err.into_response(Value::Null)),
         };
-        let Value::Object(mut request) = request else {
-            return invalid("a request is a JSON object");
-        };
-        // JSON-RPC 2.0: an id is a string, a number or null; without one the
-        // request is a notification, run but never answered.
-        let id = match request.remove("id") {
-            None => None,
-            Some(id @ (Value::Null | Value::String(_) | Value::Number(_))) => Some(id),
-            Some(_) => return invalid("`id` must be a string, a number or null"),
-        };
-        if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            return invalid("`jsonrpc` must be \"2.0\"");
-        }
-        let Some(Value::String(method)) = request.remove("method") else {
-            return invalid("`method` must be a string");
-        };
-        let outcome = match request.remove("params") {
-            None => self.dispatch(&method, json!({})).await,
-            Some(params @ Value::Object(_)) => self.dispatch(&method, params).await,
-            Some(Value::Array(_)) => Err(RpcError::params(
-                "params must be an object (by name), not an array",
-            )),
-            Some(_) => return invalid("`params` must be an object"),
+        let outcome = match call {
+            Ok(call) => self.dispatch(call).await,
+            Err(err) => Err(err),
         };
         let id = id?;
         Some(match outcome {
@@ -372,20 +553,15 @@ impl Server {
         })
     }
 
-    async fn dispatch(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        match method {
-            "initialize" => {
-                let NoParams {} = serde_json::from_value(params).map_err(RpcError::params)?;
-                Ok(json!({
-                    "protocol_version": PROTOCOL_VERSION,
-                    "contracts": supported_contracts(),
-                    "server": {"name": "dsh-env", "version": env!("CARGO_PKG_VERSION")},
-                }))
-            }
-            "register" => self.register(params).await,
-            "dispose" => {
-                let params: DisposeParams =
-                    serde_json::from_value(params).map_err(RpcError::params)?;
+    async fn dispatch(&self, call: Call) -> Result<Value, RpcError> {
+        match call {
+            Call::Initialize => Ok(json!({
+                "protocol_version": PROTOCOL_VERSION,
+                "contracts": supported_contracts(),
+                "server": {"name": "dsh-env", "version": env!("CARGO_PKG_VERSION")},
+            })),
+            Call::Register(entry) => self.register(*entry).await,
+            Call::Dispose(params) => {
                 let removed = self.registrations().remove(&params.name);
                 match removed {
                     Some(registration) => {
@@ -402,30 +578,20 @@ impl Server {
                     }
                 }
             }
-            "list" => {
-                let NoParams {} = serde_json::from_value(params).map_err(RpcError::params)?;
-                Ok(json!(self.registry.list()))
-            }
-            "collect" => {
-                let params: CollectParams =
-                    serde_json::from_value(params).map_err(RpcError::params)?;
-                let (_, collection) = self.collect(&params.execution).await?;
+            Call::List => Ok(json!(self.registry.list())),
+            Call::Collect(params) => {
+                let collection = self.collect(&params.execution).await?;
                 let omitted: Vec<String> =
                     collection.omitted.iter().map(ToString::to_string).collect();
                 Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
             }
-            "exec" => self.exec(params).await,
-            other => Err(RpcError::new(
-                METHOD_NOT_FOUND,
-                format!("method not found: `{}`", escape_controls(other)),
-            )),
+            Call::Exec(params) => self.exec(*params).await,
         }
     }
 
     /// `register`: the same fields as a manifest's `[[contributor]]`, with
     /// paths relative to the server's working directory.
-    async fn register(&self, params: Value) -> Result<Value, RpcError> {
-        let params: ContributorEntry = serde_json::from_value(params).map_err(RpcError::params)?;
+    async fn register(&self, params: ContributorEntry) -> Result<Value, RpcError> {
         let spec = params
             .to_spec(Path::new(""), &self.host_env)
             .map_err(|err| RpcError::params(&err).naming(&err))?;
@@ -447,16 +613,17 @@ impl Server {
     }
 
     /// `exec`: the overlay for the execution, then the command with it.
-    async fn exec(&self, params: Value) -> Result<Value, RpcError> {
-        let params: ExecParams = serde_json::from_value(params).map_err(RpcError::params)?;
-        let (execution, Collection { overlay, .. }) = self.collect(&params.execution).await?;
-        let mut request = ShellExecRequest::for_execution(params.command, &execution, overlay)
-            .map_err(RpcError::app)?;
+    async fn exec(&self, params: ExecParams) -> Result<Value, RpcError> {
+        let timeout = params.timeout()?;
+        let Collection { overlay, .. } = self.collect(&params.execution).await?;
+        let mut request =
+            ShellExecRequest::for_execution(params.command, &params.execution, overlay)
+                .map_err(RpcError::app)?;
         request.env = params.env;
         request.environment = self.environment.clone();
         request.stdin = params.stdin.map(String::into_bytes);
-        if let Some(ms) = params.timeout_ms {
-            request.timeout = Duration::from_millis(ms);
+        if let Some(timeout) = timeout {
+            request.timeout = timeout;
         }
         let output = LocalExecutor.run(request).await.map_err(|err| match &err {
             ExecError::Env(env) => RpcError::app(&err).naming(env),
@@ -465,17 +632,12 @@ impl Server {
         serde_json::to_value(ExecReport::from(output)).map_err(RpcError::app)
     }
 
-    /// The execution in `execution` (the reference harness's JSON), and its
-    /// overlay.
-    async fn collect(&self, execution: &Value) -> Result<(ToolExecution, Collection), RpcError> {
-        let execution =
-            ToolExecution::from_json(&execution.to_string()).map_err(RpcError::params)?;
-        let collection = self
-            .registry
-            .collect_report(&execution)
+    /// The overlay for `execution`.
+    async fn collect(&self, execution: &ToolExecution) -> Result<Collection, RpcError> {
+        self.registry
+            .collect_report(execution)
             .await
-            .map_err(|err| RpcError::app(&err).naming(&err))?;
-        Ok((execution, collection))
+            .map_err(|err| RpcError::app(&err).naming(&err))
     }
 
     fn registrations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registration>> {

@@ -364,6 +364,44 @@ fn resolve_prints_the_sorted_overlay_for_an_execution() {
     assert_eq!(stdout(&no_agent), format!("DSH_HOME={home}\nDSH_SHELL=1\n"));
 }
 
+/// `dsh-env <args>` with its stdout a pipe whose reader is already gone, as
+/// under `| head -c 1` once head has left.
+fn run_into_a_closed_pipe(f: &Fixture, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = f.command(args, &[("RUST_BACKTRACE", "1")]);
+    command.stdin(Stdio::null()).stdout(writer);
+    command.output().unwrap()
+}
+
+/// A reader that stops early ends a printing command quietly, by SIGPIPE as
+/// C tools end, with nothing on stderr (no panic, no backtrace); `run` stays
+/// out of it: its command gets SIGPIPE's default action and `run` passes
+/// the command's death by it through as 141.
+#[test]
+fn a_closed_stdout_ends_the_cli_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let f = Fixture::new();
+    let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
+    let mut resolve = f.with_setup("resolve", manifest.to_str().unwrap(), &home);
+    resolve.extend(["--execution", execution.to_str().unwrap(), "--json"]);
+    let list = f.with_setup("list", manifest.to_str().unwrap(), &home);
+    for args in [resolve, list, vec!["completions", "bash"]] {
+        let output = run_into_a_closed_pipe(&f, &args);
+        assert_eq!(stderr(&output), "", "{args:?}");
+        assert_eq!(output.status.signal(), Some(libc::SIGPIPE), "{args:?}");
+    }
+    let output = run_into_a_closed_pipe(&f, &["run", "--home", &home, "--", "sh", "-c", "echo hi"]);
+    assert_eq!(
+        (output.status.code(), stderr(&output).as_str()),
+        (Some(128 + libc::SIGPIPE), "")
+    );
+    // The command's own pipes see the default action too: `yes` dies by it.
+    let pipeline = "yes | head -c 1 >/dev/null; echo ${PIPESTATUS[0]}";
+    let output = f.run(&["run", "--home", &home, "--", "bash", "-c", pipeline], &[]);
+    assert_eq!(stdout(&output), "141\n", "{}", stderr(&output));
+}
+
 #[test]
 fn run_gives_the_child_exactly_the_promised_environment() {
     let f = Fixture::new();
@@ -1365,6 +1403,205 @@ fn serve_holds_at_most_16_requests_in_flight() {
         answers[0]["id"], 17,
         "the list waited for a slot: {answers:?}"
     );
+}
+
+/// The most resident memory `serve` may reach under the flood below: its
+/// own (some 40 MiB) and what PROTOCOL.md bounds for requests (91 MiB),
+/// with room for the allocator's slack.
+const FLOOD_PEAK_BOUND_MIB: u64 = 256;
+
+/// What a client can make `serve` hold: 16 `exec`s in flight, each a line
+/// of nearly 4 MiB, all but a few bytes of it an `arguments` member of small
+/// numbers (which nothing reads). Kept as a JSON tree (16 times its line)
+/// for each command, they took serve's peak resident memory past 1 GiB;
+/// with params typed as they are read, it stays under the bound.
+#[test]
+fn serve_holds_what_a_flood_sent_not_a_multiple_of_it() {
+    let f = Fixture::new();
+    let (started, go) = (f.path("started"), f.path("go"));
+    std::fs::create_dir(&started).unwrap();
+    let mut client = ServeClient::start(&f, &[]);
+    for id in 0..16 {
+        // Each command says it started, then waits for the test's go.
+        let command = format!(
+            "touch {}/{id}; while [ ! -e {} ]; do sleep 0.05; done; echo done",
+            started.display(),
+            go.display()
+        );
+        let params = serde_json::json!({"command": command,
+            "execution": {"callId": "c", "name": "bash", "arguments": "ARGUMENTS"}});
+        let line = rpc(id, "exec", params).to_string();
+        let numbers = ((4 << 20) - line.len()) / 2;
+        let arguments = format!("[{}0]", "1,".repeat(numbers - 1));
+        let line = line.replacen("\"ARGUMENTS\"", &arguments, 1);
+        assert!(line.len() <= 4 << 20, "{}", line.len());
+        let stdin = client.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+    }
+    client.stdin.as_mut().unwrap().flush().unwrap();
+    let deadline = std::time::Instant::now() + BOUND * 4;
+    while std::fs::read_dir(&started).unwrap().count() < 16 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "16 commands did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", client.child.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().strip_suffix("kB"))
+        .map(|kib| kib.trim().parse().unwrap())
+        .expect("VmHWM in /proc/<pid>/status");
+    eprintln!("serve's peak resident memory: {} MiB", peak_kib >> 10);
+    std::fs::write(&go, "").unwrap();
+    let answers = client.finish();
+    assert_eq!(answers.len(), 16, "{answers:?}");
+    for answer in &answers {
+        assert_eq!(answer["result"]["stdout"], "done\n", "{answer}");
+    }
+    assert!(
+        peak_kib < FLOOD_PEAK_BOUND_MIB << 10,
+        "serve's peak resident memory was {} MiB",
+        peak_kib >> 10
+    );
+}
+
+/// Every number a client gives `serve` is checked, and an error names it:
+/// `exec`'s `timeout_ms` (negative, fractional, 0, past a day: a negative
+/// one was a 49-day wait in the Node addon) and `register`'s limits.
+#[test]
+fn serve_refuses_numbers_out_of_range_naming_them() {
+    let f = Fixture::new();
+    let execution = serde_json::json!({"callId": "c1", "name": "bash"});
+    let timeouts = [
+        serde_json::json!(-1),
+        serde_json::json!(1.5),
+        serde_json::json!(0),
+        serde_json::json!(86_400_001),
+        serde_json::json!(1e300),
+    ];
+    let limits = [
+        (
+            serde_json::json!({"deadline_ms": -1}),
+            "limits.deadline_ms: invalid value: integer `-1`",
+        ),
+        (
+            serde_json::json!({"deadline_ms": 2.5}),
+            "limits.deadline_ms: invalid type: floating point `2.5`",
+        ),
+        (
+            serde_json::json!({"deadline_ms": 3_600_001}),
+            "limits.deadline_ms must be from 1 to 3600000",
+        ),
+        (
+            serde_json::json!({"max_pairs": 1u64 << 40}),
+            "limits.max_pairs must be at most 1048576",
+        ),
+        (
+            serde_json::json!({"max_value_bytes": 1u64 << 40}),
+            "limits.max_value_bytes must be at most 536870912",
+        ),
+        (
+            serde_json::json!({"compile_cpu_ms": 1e20}),
+            "limits.compile_cpu_ms: invalid type: floating point",
+        ),
+    ];
+    let mut requests: Vec<serde_json::Value> = timeouts
+        .iter()
+        .enumerate()
+        .map(|(id, timeout)| {
+            rpc(
+                id,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true",
+                "timeout_ms": timeout}),
+            )
+        })
+        .collect();
+    requests.extend(limits.iter().enumerate().map(|(id, (limits, _))| {
+        rpc(
+            100 + id,
+            "register",
+            serde_json::json!({"path": PUPPET, "limits": limits}),
+        )
+    }));
+    // Each name in `env` costs a map entry beside its bytes: 4096 at most.
+    let env: serde_json::Map<String, serde_json::Value> = (0..4097)
+        .map(|i| (format!("V{i}"), serde_json::json!("")))
+        .collect();
+    requests.push(rpc(
+        200,
+        "exec",
+        serde_json::json!({"execution": execution,
+        "command": "true", "env": env}),
+    ));
+    let answers = serve_answers(&f, &[], &requests);
+    assert_eq!(
+        answers.last().unwrap()["error"]["message"],
+        "invalid params: env holds 4097 names, over the limit of 4096"
+    );
+    for (answer, timeout) in answers.iter().zip(&timeouts) {
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            format!(
+                "invalid params: timeout_ms must be a whole number of milliseconds from 1 to \
+                 86400000, not {timeout}"
+            )
+        );
+    }
+    for (answer, (_, needle)) in answers[timeouts.len()..].iter().zip(&limits) {
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "`{needle}` not in {message}");
+        assert!(!message.contains(" at line "), "{message}");
+    }
+}
+
+/// The CLI's numbers are checked by their parsers: `run --timeout-secs`
+/// from 1 to a day (exit 125, `run`'s own failure), `cache gc --max-mib`
+/// and `$DSH_CACHE_MAX_MIB` from 0 to 1 TiB (exit 2), each error naming
+/// the option.
+#[test]
+fn cli_numbers_out_of_range_are_refused_naming_the_option() {
+    let f = Fixture::new();
+    let home = f.home();
+    for value in ["-1", "1.5", "0", "86401", "99999999999999999999", "NaN"] {
+        let flag = format!("--timeout-secs={value}");
+        let output = f.run(&["run", "--home", &home, &flag, "--", "true"], &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(125),
+            "{value}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("--timeout-secs"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    for value in ["-1", "1.5", "1048577", "NaN"] {
+        let flag = format!("--max-mib={value}");
+        let output = f.run(&["cache", "--home", &home, "gc", &flag], &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{value}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).contains("--max-mib"), "{}", stderr(&output));
+        let output = f.run(
+            &["cache", "--home", &home, "list"],
+            &[("DSH_CACHE_MAX_MIB", value)],
+        );
+        assert_config_error(
+            &output,
+            &["$DSH_CACHE_MAX_MIB must be a whole number of MiB from 0 to 1048576"],
+        );
+    }
 }
 
 #[test]

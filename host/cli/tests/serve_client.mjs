@@ -19,7 +19,7 @@ function validate(value, node, path = "$") {
     return validate(value, target, path);
   }
   const known = new Set(["$schema", "$id", "$defs", "title", "description", "type", "const", "enum",
-    "pattern", "minimum", "properties", "required", "additionalProperties", "items", "oneOf", "$ref"]);
+    "pattern", "minimum", "maximum", "maxProperties", "properties", "required", "additionalProperties", "items", "oneOf", "$ref"]);
   for (const keyword of Object.keys(node)) assert.ok(known.has(keyword), `unsupported keyword ${keyword}`);
   const problems = [];
   const kind = value === null ? "null" : Array.isArray(value) ? "array"
@@ -40,6 +40,12 @@ function validate(value, node, path = "$") {
   }
   if (node.minimum !== undefined && typeof value === "number" && value < node.minimum) {
     problems.push(`${path}: ${value} is below ${node.minimum}`);
+  }
+  if (node.maximum !== undefined && typeof value === "number" && value > node.maximum) {
+    problems.push(`${path}: ${value} is above ${node.maximum}`);
+  }
+  if (node.maxProperties !== undefined && kind === "object" && Object.keys(value).length > node.maxProperties) {
+    problems.push(`${path}: has more than ${node.maxProperties} members`);
   }
   if (kind === "object") {
     for (const name of node.required ?? []) {
@@ -156,7 +162,7 @@ assert.equal((await call("collect", { execution: { name: "bash" } }, false)).err
 const missing = await call("register", { path: "/no/such.wasm" });
 assert.equal(missing.error.code, -32000);
 assert.deepEqual(missing.error.data, { file: "/no/such.wasm" });
-const badLimit = await call("register", { path: lineage, limits: { deadline_ms: 0 } });
+const badLimit = await call("register", { path: lineage, limits: { deadline_ms: 0 } }, false);
 assert.deepEqual(badLimit.error.data, { limit: "deadline_ms" });
 
 server.stdin.end();

@@ -51,8 +51,62 @@ pub const CREDENTIAL_NAME_PARTS: [&str; 16] = [
     "DSN",
 ];
 
-/// Whole names (case-insensitive) of credentials that no name part catches.
-pub const KNOWN_CREDENTIAL_NAMES: [&str; 2] = ["PGPASSWORD", "SSHPASS"];
+/// Whole names (case-insensitive) of credentials that no name part catches
+/// (Azure's storage connection string holds the account key).
+pub const KNOWN_CREDENTIAL_NAMES: [&str; 3] =
+    ["PGPASSWORD", "SSHPASS", "AZURE_STORAGE_CONNECTION_STRING"];
+
+/// A family of config-shaped names a tool reads credentials from, which the
+/// name parts miss (`npm_config__authToken`, `GIT_CONFIG_VALUE_0`): a name
+/// with this prefix whose rest holds one of the markers, both compared
+/// case-insensitively (npm reads its `npm_config_*` names in any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CredentialFamily {
+    /// The tool, as the scrub's reason names it.
+    pub tool: &'static str,
+    /// The names' prefix.
+    pub prefix: &'static str,
+    /// Substrings of the rest of the name, one of which makes it a credential.
+    pub markers: &'static [&'static str],
+}
+
+/// The config-shaped credential families: npm's auth settings, global or
+/// per registry (`_auth`, `_authToken`, `_password`, `//host/:_authToken`)
+/// and its one-time password; yarn's `npm*Auth*` settings; git's config
+/// through the environment (`GIT_CONFIG_COUNT` with `GIT_CONFIG_KEY_n` and
+/// `GIT_CONFIG_VALUE_n`, and `GIT_CONFIG_PARAMETERS`), which can carry an
+/// `http.extraHeader` or a credential helper, scrubbed whole so that git
+/// never sees half a list.
+pub const CREDENTIAL_FAMILIES: [CredentialFamily; 3] = [
+    CredentialFamily {
+        tool: "npm",
+        prefix: "NPM_CONFIG_",
+        markers: &["_AUTH", "_PASSWORD", "OTP"],
+    },
+    CredentialFamily {
+        tool: "yarn",
+        prefix: "YARN_",
+        markers: &["AUTH"],
+    },
+    CredentialFamily {
+        tool: "git",
+        prefix: "GIT_CONFIG_",
+        markers: &["COUNT", "KEY_", "VALUE_", "PARAMETERS"],
+    },
+];
+
+/// Names of package index URLs (pip's and uv's) whose user info alone is a
+/// credential: a private index is often `https://TOKEN@host/simple`, with no
+/// password after the token. Scrubbed when the value has user info;
+/// kept otherwise, as a plain index URL is no secret and tools need it.
+pub const INDEX_URL_NAMES: [&str; 6] = [
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_INDEX",
+    "UV_DEFAULT_INDEX",
+];
 
 /// Names a name part would catch that hold no secret, kept by default:
 /// the shell's own `PWD` and `OLDPWD`; `SSH_AUTH_SOCK`, a capability rather
@@ -80,6 +134,10 @@ pub enum ScrubReason {
     NamePart(&'static str),
     /// The value holds a URL with a password: `scheme://user:password@host`.
     UrlPassword,
+    /// One of the [`CREDENTIAL_FAMILIES`], named by its tool.
+    ToolConfig(&'static str),
+    /// One of [`INDEX_URL_NAMES`], its URL carrying user info.
+    IndexUrlUserinfo,
 }
 
 impl ScrubReason {
@@ -92,6 +150,8 @@ impl ScrubReason {
             ScrubReason::KnownName => "known-name",
             ScrubReason::NamePart(_) => "name-part",
             ScrubReason::UrlPassword => "url-password",
+            ScrubReason::ToolConfig(_) => "tool-config",
+            ScrubReason::IndexUrlUserinfo => "index-url-userinfo",
         }
     }
 }
@@ -107,13 +167,16 @@ impl std::fmt::Display for ScrubReason {
             ScrubReason::KnownName => f.write_str("known credential name"),
             ScrubReason::NamePart(part) => write!(f, "name part `{part}`"),
             ScrubReason::UrlPassword => f.write_str("password in a URL value"),
+            ScrubReason::ToolConfig(tool) => write!(f, "{tool} credential setting"),
+            ScrubReason::IndexUrlUserinfo => f.write_str("user info in a package index URL"),
         }
     }
 }
 
 /// Which inherited variables a child does not get. The default is the
 /// documented table: the `DSH_*` namespace, [`KNOWN_CREDENTIAL_NAMES`],
-/// [`CREDENTIAL_NAME_PARTS`], and values with a password in a URL, minus
+/// [`CREDENTIAL_NAME_PARTS`], [`CREDENTIAL_FAMILIES`], [`INDEX_URL_NAMES`]
+/// with user info, and values with a password in a URL, minus
 /// [`KEPT_NAMES`]. A caller can scrub more names, or keep some the
 /// credential rules would scrub; nothing keeps a `DSH_*` name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -164,13 +227,27 @@ impl ScrubPolicy {
                 return Some(ScrubReason::NamePart(word));
             }
         }
-        has_url_password(&value.to_string_lossy()).then_some(ScrubReason::UrlPassword)
+        let upper = name.to_ascii_uppercase();
+        let family = CREDENTIAL_FAMILIES.iter().find(|family| {
+            upper
+                .strip_prefix(family.prefix)
+                .is_some_and(|rest| family.markers.iter().any(|marker| rest.contains(marker)))
+        });
+        if let Some(family) = family {
+            return Some(ScrubReason::ToolConfig(family.tool));
+        }
+        let value = value.to_string_lossy();
+        if INDEX_URL_NAMES.contains(&upper.as_str()) && url_userinfo(&value, false) {
+            return Some(ScrubReason::IndexUrlUserinfo);
+        }
+        url_userinfo(&value, true).then_some(ScrubReason::UrlPassword)
     }
 }
 
 /// Whether `value` holds `scheme://user:password@` (a non-empty password)
-/// anywhere, e.g. `postgres://app:pw@db/x` but not `http://proxy:3128`.
-fn has_url_password(value: &str) -> bool {
+/// anywhere, e.g. `postgres://app:pw@db/x` but not `http://proxy:3128`; or,
+/// without `password`, any `scheme://userinfo@`.
+fn url_userinfo(value: &str, password: bool) -> bool {
     value.match_indices("://").any(|(at, _)| {
         let scheme = value[..at]
             .rsplit(|c: char| !(c.is_ascii_alphanumeric() || "+.-".contains(c)))
@@ -182,9 +259,12 @@ fn has_url_password(value: &str) -> bool {
             .unwrap_or_default();
         let userinfo = authority.rsplit_once('@').map(|(userinfo, _)| userinfo);
         scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && userinfo
-                .and_then(|userinfo| userinfo.split_once(':'))
-                .is_some_and(|(_, password)| !password.is_empty())
+            && match (userinfo, password) {
+                (Some(userinfo), false) => !userinfo.is_empty(),
+                (userinfo, _) => userinfo
+                    .and_then(|userinfo| userinfo.split_once(':'))
+                    .is_some_and(|(_, password)| !password.is_empty()),
+            }
     })
 }
 

@@ -289,6 +289,18 @@ const MIN_COMPILE_MEMORY_MIB: usize = 64;
 /// beyond that the limit means nothing).
 const MAX_COMPILE_MEMORY_MIB: usize = 1 << 20;
 
+/// The longest `deadline_ms`: an hour (the default is 2 s; a contributor
+/// runs on every tool call).
+const MAX_DEADLINE_MS: u64 = 60 * 60 * 1000;
+
+/// The longest `compile_timeout_ms` and `compile_cpu_ms`: a day.
+const MAX_COMPILE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The most `max_keys`, `max_pairs` and `max_handles` may be: past a
+/// million, a count bounds nothing. (The byte caps go up to the largest
+/// guest memory, `engine::MAX_MEMORY_BYTES`: a guest cannot give more.)
+const MAX_COUNT: usize = 1 << 20;
+
 impl ContributorEntry {
     /// The validated spec: `path` is resolved against `base_dir`, and
     /// `grants.env` names are looked up in `host_env` (a name that is not
@@ -422,6 +434,12 @@ impl LimitsEntry {
             if ms == 0 {
                 return Err(at_least_one("deadline_ms"));
             }
+            if ms > MAX_DEADLINE_MS {
+                return Err(SpecError::Limit {
+                    field: "deadline_ms",
+                    range: format!("from 1 to {MAX_DEADLINE_MS}"),
+                });
+            }
             limits.deadline = Duration::from_millis(ms);
         }
         if self.fuel == Some(0) {
@@ -438,18 +456,56 @@ impl LimitsEntry {
             }
             limits.memory_bytes = mib << 20;
         }
+        let max_bytes = crate::engine::MAX_MEMORY_BYTES;
         let caps = [
-            (self.max_keys, &mut limits.max_keys),
-            (self.max_pairs, &mut limits.max_pairs),
-            (self.max_value_bytes, &mut limits.max_value_bytes),
-            (self.max_output_bytes, &mut limits.max_output_bytes),
-            (self.max_error_bytes, &mut limits.max_error_bytes),
-            (self.max_log_bytes, &mut limits.max_log_bytes),
-            (self.max_handles, &mut limits.max_handles),
+            (self.max_keys, "max_keys", MAX_COUNT, &mut limits.max_keys),
+            (
+                self.max_pairs,
+                "max_pairs",
+                MAX_COUNT,
+                &mut limits.max_pairs,
+            ),
+            (
+                self.max_value_bytes,
+                "max_value_bytes",
+                max_bytes,
+                &mut limits.max_value_bytes,
+            ),
+            (
+                self.max_output_bytes,
+                "max_output_bytes",
+                max_bytes,
+                &mut limits.max_output_bytes,
+            ),
+            (
+                self.max_error_bytes,
+                "max_error_bytes",
+                max_bytes,
+                &mut limits.max_error_bytes,
+            ),
+            (
+                self.max_log_bytes,
+                "max_log_bytes",
+                max_bytes,
+                &mut limits.max_log_bytes,
+            ),
+            (
+                self.max_handles,
+                "max_handles",
+                MAX_COUNT,
+                &mut limits.max_handles,
+            ),
         ];
-        for (value, slot) in caps {
-            if let Some(value) = value {
-                *slot = value;
+        for (value, field, max, slot) in caps {
+            match value {
+                Some(value) if value > max => {
+                    return Err(SpecError::Limit {
+                        field,
+                        range: format!("at most {max}"),
+                    });
+                }
+                Some(value) => *slot = value,
+                None => {}
             }
         }
         let compile_times = [
@@ -467,6 +523,12 @@ impl LimitsEntry {
         for (ms, field, slot) in compile_times {
             match ms {
                 Some(0) => return Err(at_least_one(field)),
+                Some(ms) if ms > MAX_COMPILE_MS => {
+                    return Err(SpecError::Limit {
+                        field,
+                        range: format!("from 1 to {MAX_COMPILE_MS}"),
+                    });
+                }
                 Some(ms) => *slot = Duration::from_millis(ms),
                 None => {}
             }

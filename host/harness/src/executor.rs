@@ -20,6 +20,84 @@ use tokio::task::JoinHandle;
 /// Default cap on captured bytes, per stream.
 pub const DEFAULT_OUTPUT_CAP: usize = 1 << 20;
 
+/// The longest timeout a caller may give a command (`serve`'s and the Node
+/// addon's `exec`, `run --timeout-secs`, a hook's `timeout`): a day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The unit a timeout is given in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutUnit {
+    /// Whole seconds.
+    Seconds,
+    /// Whole milliseconds.
+    Milliseconds,
+}
+
+impl TimeoutUnit {
+    fn of(self, n: u64) -> Duration {
+        match self {
+            TimeoutUnit::Seconds => Duration::from_secs(n),
+            TimeoutUnit::Milliseconds => Duration::from_millis(n),
+        }
+    }
+
+    fn max(self) -> u64 {
+        match self {
+            TimeoutUnit::Seconds => MAX_TIMEOUT.as_secs(),
+            TimeoutUnit::Milliseconds => MAX_TIMEOUT.as_secs() * 1000,
+        }
+    }
+}
+
+/// A timeout given as a number that is not a whole number of its unit from
+/// 1 to [`MAX_TIMEOUT`]: negative, NaN, fractional, 0 or too large.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeoutError {
+    /// The option, as its caller names it (`timeout_ms`, `timeoutMs`).
+    pub option: String,
+    /// Its unit.
+    pub unit: TimeoutUnit,
+    /// The number given, as written.
+    pub value: String,
+}
+
+impl std::fmt::Display for TimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.unit {
+            TimeoutUnit::Seconds => "seconds",
+            TimeoutUnit::Milliseconds => "milliseconds",
+        };
+        write!(
+            f,
+            "{} must be a whole number of {unit} from 1 to {}, not {}",
+            self.option,
+            self.unit.max(),
+            self.value
+        )
+    }
+}
+
+impl std::error::Error for TimeoutError {}
+
+/// The timeout `value` (in `unit`s) given for `option`, checked: a whole
+/// number from 1 to [`MAX_TIMEOUT`]. `shown` is the number as the caller
+/// wrote it, for the error.
+pub fn checked_timeout(
+    option: &str,
+    value: f64,
+    shown: impl std::fmt::Display,
+    unit: TimeoutUnit,
+) -> Result<Duration, TimeoutError> {
+    if value.fract() == 0.0 && (1.0..=unit.max() as f64).contains(&value) {
+        return Ok(unit.of(value as u64));
+    }
+    Err(TimeoutError {
+        option: option.to_string(),
+        unit,
+        value: shown.to_string(),
+    })
+}
+
 /// One shell command to run.
 #[derive(Debug, Clone)]
 pub struct ShellExecRequest {

@@ -30,18 +30,24 @@
 //! ([`HookVerdict`]); the reasons of every hook that gave the winning
 //! decision are kept. Only `command` hooks exist here: any other type, and
 //! the `if` field (Claude Code's permission-rule filter), are refused when
-//! the file is read, naming them.
+//! the file is read, naming them; so is an event this runtime never fires
+//! ([`EVENTS`]), as a misspelled `PreToolUse` would turn a guard off in
+//! silence. A file is bounded as a whole: its size (1 MiB), each regular
+//! expression's compiled size ([`MATCHER_SIZE_LIMIT`]) and their number
+//! ([`MAX_PATTERN_MATCHERS`]), each hook's `timeout` ([`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT)).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::executor::{LocalExecutor, ShellExecRequest, ShellExecutor};
+use crate::executor::{
+    LocalExecutor, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
+};
 use crate::session::Session;
 use dsh_env::execution::ToolExecution;
 use dsh_env::input::escape_controls;
@@ -122,8 +128,9 @@ struct HookCommand {
     kind: String,
     #[serde(default)]
     command: String,
-    /// Seconds.
-    timeout: Option<u64>,
+    /// Seconds: any JSON number, checked when the file is read so that the
+    /// error names the field (see [`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT)).
+    timeout: Option<serde_json::Number>,
     /// Claude Code's permission-rule filter (`"Bash(rm *)"`): refused, as
     /// running the hook for every call would be wrong.
     #[serde(rename = "if")]
@@ -153,7 +160,15 @@ impl Matcher {
                 matcher.split('|').map(str::to_string).collect(),
             ));
         }
-        Regex::new(matcher).map(Matcher::Pattern)
+        RegexBuilder::new(matcher)
+            .size_limit(MATCHER_SIZE_LIMIT)
+            .dfa_size_limit(MATCHER_SIZE_LIMIT)
+            .build()
+            .map(Matcher::Pattern)
+    }
+
+    fn is_pattern(&self) -> bool {
+        matches!(self, Matcher::Pattern(_))
     }
 
     fn matches(&self, subject: &str) -> bool {
@@ -269,6 +284,29 @@ pub const HOOK_OUTPUT_CAP: usize = 64 << 10;
 /// Hooks of one event running at once; further matching hooks wait.
 pub const MAX_CONCURRENT_HOOKS: usize = 16;
 
+/// The events this runtime fires, the only ones a hooks file may name.
+pub const EVENTS: [&str; 3] = ["SessionStart", "PreToolUse", "PostToolUse"];
+
+/// Bytes one matcher's compiled regular expression may take, and its lazy
+/// DFA's cache: a pathological matcher (`(\w{100}){100}`) is refused.
+pub const MATCHER_SIZE_LIMIT: usize = 256 << 10;
+
+/// Matchers compiled as regular expressions in one hooks file: with
+/// [`MATCHER_SIZE_LIMIT`], what a file's matchers may hold (16 MiB each way).
+pub const MAX_PATTERN_MATCHERS: usize = 64;
+
+impl HookCommand {
+    /// Its `timeout`, or the default: whole seconds from 1 to [`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT).
+    fn timeout(&self) -> Result<Duration, TimeoutError> {
+        let Some(number) = &self.timeout else {
+            return Ok(DEFAULT_HOOK_TIMEOUT);
+        };
+        let option = format!("the timeout of hook `{}`", escape_controls(&self.command));
+        let value = number.as_f64().unwrap_or(f64::NAN);
+        checked_timeout(&option, value, number, TimeoutUnit::Seconds)
+    }
+}
+
 impl Hooks {
     /// Parses a hooks.json document; its hooks run on this machine.
     pub fn parse(
@@ -283,7 +321,15 @@ impl Hooks {
         };
         let file: HooksFile = serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
         let mut groups = BTreeMap::new();
+        let mut patterns = 0;
         for (event, event_groups) in file.hooks {
+            if !EVENTS.contains(&event.as_str()) {
+                return Err(error(format!(
+                    "event `{}` is not one this runtime fires ({})",
+                    escape_controls(&event),
+                    EVENTS.join(", ")
+                )));
+            }
             let mut compiled = Vec::with_capacity(event_groups.len());
             for group in event_groups {
                 for hook in &group.hooks {
@@ -303,10 +349,21 @@ impl Hooks {
                             escape_controls(&hook.command)
                         )));
                     }
+                    hook.timeout().map_err(|e| error(format!("{event}: {e}")))?;
                 }
-                let matcher = Matcher::new(group.matcher.as_deref()).map_err(|e| {
-                    error(format!("{event}: matcher is not a regular expression: {e}"))
+                let matcher = Matcher::new(group.matcher.as_deref()).map_err(|e| match e {
+                    regex::Error::CompiledTooBig(limit) => error(format!(
+                        "{event}: matcher `{}` compiles past the limit of {limit} bytes",
+                        escape_controls(group.matcher.as_deref().unwrap_or_default())
+                    )),
+                    e => error(format!("{event}: matcher is not a regular expression: {e}")),
                 })?;
+                patterns += usize::from(matcher.is_pattern());
+                if patterns > MAX_PATTERN_MATCHERS {
+                    return Err(error(format!(
+                        "more than {MAX_PATTERN_MATCHERS} matchers are regular expressions"
+                    )));
+                }
                 compiled.push((matcher, group.hooks));
             }
             groups.insert(event, compiled);
@@ -453,9 +510,8 @@ impl<E: ShellExecutor> Hooks<E> {
             .env
             .insert("CLAUDE_PROJECT_DIR".to_string(), session.header.cwd.clone());
         request.output_cap = HOOK_OUTPUT_CAP;
-        request.timeout = hook
-            .timeout
-            .map_or(DEFAULT_HOOK_TIMEOUT, Duration::from_secs);
+        // Checked when the file was read.
+        request.timeout = hook.timeout().unwrap_or(DEFAULT_HOOK_TIMEOUT);
         match self.executor.run(request).await {
             Ok(output) => {
                 run.exit_code = output.exit_code;

@@ -22,6 +22,6 @@ pub mod tool;
 pub struct ReadmeDoctests;
 
 pub use executor::{
-    BackgroundHandle, ExecError, ExecOutput, ExecReport, LocalExecutor, ShellExecRequest,
-    ShellExecutor,
+    BackgroundHandle, ExecError, ExecOutput, ExecReport, LocalExecutor, MAX_TIMEOUT,
+    ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
 };

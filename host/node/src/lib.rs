@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::escape_controls;
@@ -22,7 +21,9 @@ use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, Manifest, RegistryError, Runtime, ToolExecution,
 };
-use dsh_env_harness::{ExecError, ExecReport, LocalExecutor, ShellExecRequest};
+use dsh_env_harness::{
+    ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
+};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{Value, json};
@@ -184,8 +185,14 @@ impl Registry {
             return Err(invalid("register options must be an object"));
         };
         fields.insert("path".into(), Value::String(path));
+        // The error names the option at fault by its path (`limits.deadline_ms`).
         let entry: ContributorEntry =
-            serde_json::from_value(entry).map_err(|e| invalid(format!("register options: {e}")))?;
+            serde_path_to_error::deserialize(entry).map_err(|e| {
+                match e.path().to_string().as_str() {
+                    "." => invalid(format!("register options: {}", e.inner())),
+                    path => invalid(format!("register options: {path}: {}", e.inner())),
+                }
+            })?;
         let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process()))
             .map_err(|e| invalid(format!("register options: {e}")))?;
         let registry = self.inner.clone();
@@ -315,8 +322,13 @@ impl Registry {
         command: String,
         env: Option<HashMap<String, String>>,
         stdin: Option<String>,
-        timeout_ms: Option<u32>,
+        timeout_ms: Option<f64>,
     ) -> Result<Value> {
+        // A JavaScript number: checked here, as a cast would wrap -1 to 49 days.
+        let timeout = timeout_ms
+            .map(|ms| checked_timeout("timeoutMs", ms, ms, TimeoutUnit::Milliseconds))
+            .transpose()
+            .map_err(invalid)?;
         let execution = self::execution(&execution)?;
         let overlay = (self.inner.collect(&execution).await).map_err(|e| failed(&e))?;
         self.prepare_in_background();
@@ -325,8 +337,8 @@ impl Registry {
         request.env = env.unwrap_or_default().into_iter().collect();
         request.environment = self.environment.clone();
         request.stdin = stdin.map(String::into_bytes);
-        if let Some(ms) = timeout_ms {
-            request.timeout = Duration::from_millis(ms.into());
+        if let Some(timeout) = timeout {
+            request.timeout = timeout;
         }
         let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
         serde_json::to_value(ExecReport::from(output)).map_err(invalid)

@@ -271,3 +271,30 @@ test('explain names each key\'s owner and each contributor\'s origin', async () 
   assert.equal(explanation.contributors[0].origin, guest('agent_lineage'));
   assert.match(explanation.contributors[0].sha256, /^[0-9a-f]{64}$/);
 });
+
+test('numbers out of range are refused naming the option: exec timeoutMs, register limits', async () => {
+  const registry = openRegistry();
+  // A negative timeout was cast to an unsigned one: 49 days.
+  for (const timeoutMs of [-1, 1.5, 0, NaN, Infinity, 86_400_001, 1e300]) {
+    await assert.rejects(registry.exec(execution('c1', 's'), 'true', { timeoutMs }), (error) => {
+      assert.equal(error.code, 'DSH_INVALID_ARGUMENT', String(error));
+      assert.match(error.message, /^timeoutMs must be a whole number of milliseconds from 1 to 86400000, not /);
+      return true;
+    });
+  }
+  const ok = await registry.exec(execution('c2', 's'), 'echo ok', { timeoutMs: 60_000 });
+  assert.equal(ok.stdout, 'ok\n');
+  for (const [deadlineMs, why] of [
+    [-1, /limits\.deadline_ms: invalid value: integer `-1`/],
+    [1.5, /limits\.deadline_ms: invalid type: floating point `1.5`/],
+    [3_600_001, /limits\.deadline_ms must be from 1 to 3600000/],
+    [NaN, /limits\.deadlineMs must be a finite number, not NaN/],
+    [Infinity, /limits\.deadlineMs must be a finite number, not Infinity/],
+  ]) {
+    await assert.rejects(registry.register(guest('puppet'), { limits: { deadlineMs } }), (error) => {
+      assert.equal(error.code, 'DSH_INVALID_ARGUMENT', String(error));
+      assert.match(error.message, why);
+      return true;
+    });
+  }
+});

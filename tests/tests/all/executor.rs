@@ -180,3 +180,107 @@ async fn the_shell_is_found_on_the_childs_path_not_ours() {
     let output = LocalExecutor.run(req).await.unwrap();
     assert_eq!(String::from_utf8(output.stdout).unwrap(), "real\n");
 }
+
+/// Credentials that package managers and cloud tools read from
+/// config-shaped names never reach a child, family by family: npm's (which
+/// npm reads in any case), yarn's, pip's and uv's index URLs with user info,
+/// cargo's registry tokens, git's config through the environment, the cloud
+/// CLIs'. Their look-alikes, which the tools need and which hold no secret,
+/// stay.
+#[test]
+fn config_shaped_credentials_are_scrubbed_family_by_family() {
+    let families: [(&str, &[(&str, &str)]); 6] = [
+        (
+            "npm",
+            &[
+                ("npm_config__authToken", "t"),
+                ("NPM_CONFIG_//registry.npmjs.org/:_authToken", "t"),
+                ("npm_config_//npm.test/:_password", "cA=="),
+                ("Npm_Config__Auth", "dTpw"),
+                ("npm_config_otp", "123456"),
+            ],
+        ),
+        (
+            "yarn",
+            &[
+                ("YARN_NPM_AUTH_TOKEN", "t"),
+                ("YARN_NPM_AUTH_IDENT", "u:p"),
+                ("YARN_NPMAUTHTOKEN", "t"),
+            ],
+        ),
+        (
+            "pip",
+            &[
+                ("PIP_INDEX_URL", "https://user:pass@pypi.test/simple"),
+                ("PIP_EXTRA_INDEX_URL", "https://TOKEN@pkgs.test/simple"),
+                ("UV_INDEX_URL", "https://tok@uv.test/simple"),
+            ],
+        ),
+        (
+            "cargo",
+            &[
+                ("CARGO_REGISTRY_TOKEN", "t"),
+                ("CARGO_REGISTRIES_MINE_TOKEN", "t"),
+            ],
+        ),
+        (
+            "git",
+            &[
+                ("GIT_CONFIG_COUNT", "1"),
+                ("GIT_CONFIG_KEY_0", "http.extraHeader"),
+                ("GIT_CONFIG_VALUE_0", "Authorization: Bearer t"),
+                ("GIT_CONFIG_PARAMETERS", "'credential.helper'='store'"),
+            ],
+        ),
+        (
+            "cloud",
+            &[
+                ("AWS_ACCESS_KEY_ID", "i"),
+                ("AWS_SECRET_ACCESS_KEY", "k"),
+                ("AWS_SESSION_TOKEN", "t"),
+                ("AZURE_CLIENT_SECRET", "s"),
+                (
+                    "AZURE_STORAGE_CONNECTION_STRING",
+                    "AccountName=a;AccountKey=k",
+                ),
+                ("GOOGLE_APPLICATION_CREDENTIALS", "/k.json"),
+                ("CLOUDSDK_AUTH_ACCESS_TOKEN", "t"),
+            ],
+        ),
+    ];
+    let kept = [
+        ("npm_config_registry", "https://registry.npmjs.org/"),
+        ("NPM_CONFIG_CACHE", "/c"),
+        ("YARN_CACHE_FOLDER", "/y"),
+        ("UV_DEFAULT_INDEX", "https://pypi.test/simple"),
+        ("CARGO_HOME", "/c"),
+        ("GIT_CONFIG_GLOBAL", "/g"),
+        ("AWS_REGION", "eu-west-1"),
+    ];
+    let vars = |pairs: &[(&str, &str)]| -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    };
+    for (family, credentials) in families {
+        let inherited = vars(credentials).into_iter().chain(vars(&kept));
+        let child = dsh_env::child_environment(
+            inherited,
+            &BTreeMap::new(),
+            &Overlay::default(),
+            &Default::default(),
+        )
+        .unwrap();
+        for (name, _) in credentials {
+            assert!(
+                !child.contains_key(std::ffi::OsStr::new(name)),
+                "{family}: {name} reached the child"
+            );
+        }
+        for (name, value) in kept {
+            assert_eq!(
+                child.get(std::ffi::OsStr::new(name)),
+                Some(&value.into()),
+                "{family}: {name} was scrubbed"
+            );
+        }
+    }
+}

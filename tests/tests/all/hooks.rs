@@ -30,8 +30,7 @@ fn recording_hooks(dir: &Path, extra_pre: &str) -> String {
             {"type": "command", "command": save("PreToolUse")},
             {"type": "command", "command": extra_pre, "timeout": 1}
         ]}],
-        "PostToolUse": [{"matcher": "Edit|Bash", "hooks": [{"type": "command", "command": save("PostToolUse")}]}],
-        "Stop": [{"hooks": [{"type": "command", "command": "exit 1"}]}]
+        "PostToolUse": [{"matcher": "Edit|Bash", "hooks": [{"type": "command", "command": save("PostToolUse")}]}]
     }})
     .to_string()
 }
@@ -514,10 +513,11 @@ fn unsupported_hooks_and_bad_matchers_are_refused_naming_them() {
         .expect("refused")
         .to_string()
     };
-    let prompt =
-        refused(json!({"hooks": {"Stop": [{"hooks": [{"type": "prompt", "prompt": "ok?"}]}]}}));
+    let prompt = refused(
+        json!({"hooks": {"PostToolUse": [{"hooks": [{"type": "prompt", "prompt": "ok?"}]}]}}),
+    );
     assert!(
-        prompt.contains("Stop: hook type `prompt` is not supported (only `command`)"),
+        prompt.contains("PostToolUse: hook type `prompt` is not supported (only `command`)"),
         "{prompt}"
     );
     let condition = refused(json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
@@ -532,4 +532,117 @@ fn unsupported_hooks_and_bad_matchers_are_refused_naming_them() {
         regex.contains("PreToolUse: matcher is not a regular expression"),
         "{regex}"
     );
+}
+
+/// An event this runtime never fires is refused, naming it and the ones it
+/// fires: a misspelled `PreToolUse` would otherwise turn its guard off, and
+/// a `Stop` hook would never run.
+#[test]
+fn unknown_events_are_refused_naming_the_supported_ones() {
+    for event in ["PreTooluse", "Stop", "UserPromptSubmit", "pretooluse"] {
+        let hooks = json!({"hooks": {event: [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": "exit 2"}]}]}});
+        let err = Hooks::parse(
+            &hooks.to_string(),
+            "h.json",
+            HookDialect::ClaudeCode,
+            dsh_env_tests::registry_at("/tmp/x"),
+        )
+        .err()
+        .expect("refused")
+        .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "hooks file h.json: event `{event}` is not one this runtime fires \
+                 (SessionStart, PreToolUse, PostToolUse)"
+            )
+        );
+    }
+}
+
+/// What a hooks file can make the harness hold or wait for is bounded when
+/// it is read: a matcher's compiled size, the number of regular expression
+/// matchers, each hook's timeout (whole seconds, 1 s to a day).
+#[test]
+fn pathological_matchers_and_timeouts_are_refused() {
+    let parse = |hooks: Value| {
+        Hooks::parse(
+            &hooks.to_string(),
+            "h.json",
+            HookDialect::ClaudeCode,
+            dsh_env_tests::registry_at("/tmp/x"),
+        )
+        .err()
+        .map(|err| err.to_string())
+    };
+    let group = |matcher: &str| json!({"matcher": matcher, "hooks": [{"type": "command", "command": "true"}]});
+    let huge = parse(json!({"hooks": {"PreToolUse": [group(r"(\w{100}){100}")]}})).unwrap();
+    assert!(
+        huge.contains(
+            r"PreToolUse: matcher `(\\w{100}){100}` compiles past the limit of 262144 bytes"
+        ),
+        "{huge}"
+    );
+    // Ordinary expressions, Unicode classes included, stay well inside it.
+    assert_eq!(
+        parse(json!({"hooks": {"PreToolUse": [group(r"^mcp__\w+__(read|write)\w*$")]}})),
+        None
+    );
+    let many = |n: usize| json!({"hooks": {"PreToolUse": (0..n).map(|i| group(&format!("^Tool{i}$"))).collect::<Vec<_>>()}});
+    assert_eq!(parse(many(64)), None);
+    let too_many = parse(many(65)).unwrap();
+    assert!(
+        too_many.contains("more than 64 matchers are regular expressions"),
+        "{too_many}"
+    );
+    for timeout in [json!(-1), json!(1.5), json!(0), json!(86401), json!(1e300)] {
+        let hooks = json!({"hooks": {"PreToolUse": [{"hooks": [
+            {"type": "command", "command": "./guard.sh", "timeout": timeout}]}]}});
+        let err = parse(hooks).expect("refused");
+        assert!(
+            err.contains(&format!(
+                "PreToolUse: the timeout of hook `./guard.sh` must be a whole number of seconds \
+                 from 1 to 86400, not {timeout}"
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// A hook that prints without end is cut at 64 KiB a stream and killed at
+/// its timeout; more matching hooks than may run at once wait their turn:
+/// 17 hooks that each wait until 17 have started never all meet, so the
+/// first 16 time out and the 17th, started after them, sees all 17.
+#[tokio::test]
+async fn a_flooding_hook_is_cut_and_at_most_16_hooks_run_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let flood = json!({"hooks": {"PreToolUse": [{"hooks": [
+        {"type": "command", "command": "yes; yes >&2", "timeout": 1}]}]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &flood, "echo ran").await;
+    assert_eq!(record.output, "ran\n");
+    let run = &record.hooks[0];
+    assert!(run.timed_out, "{:?}", run.exit_code);
+    assert_eq!(
+        run.stdout.len(),
+        dsh_env_harness::hooks::HOOK_OUTPUT_CAP,
+        "stdout is cut at the cap"
+    );
+
+    let started = d.join("started");
+    std::fs::create_dir(&started).unwrap();
+    let waiter = |i: usize| {
+        json!({"type": "command", "timeout": 5, "command": format!(
+            "touch {s}/{i}; while [ $(ls {s} | wc -l) -lt 17 ]; do sleep 0.05; done",
+            s = started.display()
+        )})
+    };
+    let hooks =
+        json!({"hooks": {"PreToolUse": [{"hooks": (0..17).map(waiter).collect::<Vec<_>>()}]}});
+    let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
+    let timed_out: Vec<bool> = record.hooks.iter().map(|run| run.timed_out).collect();
+    let mut expected = vec![true; 16];
+    expected.push(false);
+    assert_eq!(timed_out, expected, "{:#?}", record.hooks);
 }
