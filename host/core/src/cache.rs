@@ -44,7 +44,6 @@ mod evict;
 
 use std::collections::HashMap;
 use std::fs;
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -56,18 +55,18 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use crate::atomic_file;
+use crate::digest::{self, hex, sha256_hex};
+use crate::engine::engine_tag;
 use crate::compile::{Bounds, CompileError};
 use crate::declaration::RawDeclaration;
 use crate::input::escape_controls;
 
 pub use evict::{CacheError, CachedEntry, Eviction};
+use evict::is_digest;
 
 /// The default size cap of a cache directory: room for a dozen Python or
 /// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
-
-/// Bumped when the directory's layout changes, so old entries are ignored.
-const LAYOUT: &str = "v3";
 
 /// A directory of precompiled component artifacts.
 #[derive(Debug, Clone)]
@@ -460,7 +459,7 @@ impl ArtifactCache {
         if identity.0 != sealed {
             // Written since it was sealed: trust the bytes only if they match.
             let artifact = fs::read(&entry.artifact).ok()?;
-            if sha256_hex(&artifact) != digest {
+            if digest::verify(&artifact, digest).is_err() {
                 tracing::warn!(
                     "corrupt precompiled artifact {}; recompiling",
                     entry.artifact.display()
@@ -646,42 +645,58 @@ impl Identity {
     }
 }
 
-/// The engine's part of an entry's name: this crate's version, the cache
-/// layout, and wasmtime's compatibility hash of the engine configuration,
-/// through SHA-256 (std's `DefaultHasher` may change with the toolchain,
-/// which would silently orphan every artifact).
-pub(crate) fn engine_tag(engine: &Engine) -> String {
-    let mut hasher = StableHasher(Sha256::new());
-    env!("CARGO_PKG_VERSION").hash(&mut hasher);
-    LAYOUT.hash(&mut hasher);
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    hex(&hasher.0.finalize()[..8])
-}
-
-/// Feeds what a [`Hash`] implementation writes into SHA-256.
-struct StableHasher(Sha256);
-
-impl Hasher for StableHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+impl ArtifactCache {
+    /// Every entry of the directory, least recently used first.
+    pub fn entries(&self) -> Result<Vec<CachedEntry>, CacheError> {
+        self.check_for_maintenance()?;
+        evict::entries(&self.dir).map_err(|source| self.list_error(source))
     }
 
-    /// Unused: the tag is read from the whole digest.
-    fn finish(&self) -> u64 {
-        0
+    /// Removes the least recently used entries until the directory holds at
+    /// most `max_bytes` (writes in progress are left alone and count).
+    pub fn gc(&self, max_bytes: u64) -> Result<Eviction, CacheError> {
+        self.check_for_maintenance()?;
+        evict::evict(&self.dir, max_bytes, &|_| false).map_err(|source| self.list_error(source))
     }
-}
 
-fn is_digest(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
-}
+    /// Removes every entry (but writes in progress); processes using the
+    /// cache compile again what they load next.
+    pub fn clear(&self) -> Result<Eviction, CacheError> {
+        self.gc(0)
+    }
 
-/// The SHA-256 of `bytes`, in lowercase hex: the content digest the cache
-/// files a component under, and the digest a manifest entry pins.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
+    /// Cuts the directory back to its cap after a write, keeping the
+    /// entries of components this process holds (the one just written
+    /// among them). Failures only cost space, so they are logged.
+    fn evict_after_write(&self) {
+        match evict::evict(&self.dir, self.max_bytes, &|id| self.is_held(id)) {
+            Ok(eviction) if eviction.removed > 0 => tracing::info!(
+                "compile cache {} over its cap of {} bytes: removed {} least recently used \
+                 entries ({} bytes)",
+                self.dir.display(),
+                self.max_bytes,
+                eviction.removed,
+                eviction.freed_bytes
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!("cannot keep the compile cache within its cap: {err}"),
+        }
+    }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    /// The directory, if it is one it is safe to remove files from.
+    fn check_for_maintenance(&self) -> Result<(), CacheError> {
+        self.checked()
+            .clone()
+            .map_err(|reason| CacheError::Unusable {
+                dir: self.dir.clone(),
+                reason,
+            })
+    }
+
+    fn list_error(&self, source: std::io::Error) -> CacheError {
+        CacheError::List {
+            dir: self.dir.clone(),
+            source,
+        }
+    }
 }

@@ -269,7 +269,7 @@ impl Compiler {
     }
 
     /// Compiles `bytes` in the helper under `bounds`, for an engine whose
-    /// [`crate::cache::engine_tag`] is `engine_tag`, and returns the artifact.
+    /// [`crate::engine::engine_tag`] is `engine_tag`, and returns the artifact.
     pub(crate) fn compile(
         &self,
         bytes: &[u8],
@@ -582,7 +582,7 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     ] {
         let candidate = wasmtime::Engine::new(&config)
             .map_err(|e| (EXIT_USAGE, format!("engine setup failed: {e:#}")))?;
-        if crate::cache::engine_tag(&candidate) == engine_tag {
+        if crate::engine::engine_tag(&candidate) == engine_tag {
             engine = Some(candidate);
             break;
         }
@@ -673,8 +673,8 @@ mod tests {
         let helper = wasmtime::Engine::new(&crate::engine::base_config()).unwrap();
         assert_eq!(hash(&host), hash(&helper));
         assert_eq!(
-            crate::cache::engine_tag(&host),
-            crate::cache::engine_tag(&helper)
+            crate::engine::engine_tag(&host),
+            crate::engine::engine_tag(&helper)
         );
     }
 

@@ -8,14 +8,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::{ArtifactCache, Loaded, Opened, engine_tag};
+use crate::cache::{ArtifactCache, Loaded, Opened};
 use crate::compile::{Bounds, CompileError, Compiler, Urgency};
 use crate::declaration::RawDeclaration;
-use crate::engine::{self, Tiering};
+use crate::engine::{self, Allocator, RuntimeError, Tiering, engine_tag};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{HostLimits, Limits, bounded};
-use crate::runtime::{Allocator, RuntimeError};
+use crate::limits::{self, HostLimits, Limits, bounded};
 use crate::spec::{Grants, OnError};
 
 mod component;
@@ -114,7 +113,7 @@ struct Retired {
 }
 
 /// Pool slots that instances made ahead may hold at most.
-pub const MAX_PREPARED: usize = engine::MAX_LIVE_INSTANCES as usize / 2;
+pub const MAX_PREPARED: usize = limits::MAX_LIVE_INSTANCES as usize / 2;
 
 /// Finished stores wait at most this many before a call drops them itself.
 const MAX_RETIRED: usize = 32;
@@ -236,7 +235,7 @@ impl Sandbox {
             optimized,
             allocator,
             baseline: std::sync::OnceLock::new(),
-            slots: Arc::new(Semaphore::new(engine::MAX_LIVE_INSTANCES as usize)),
+            slots: Arc::new(Semaphore::new(limits::MAX_LIVE_INSTANCES as usize)),
             retired: Mutex::default(),
             budget: Arc::new(MemoryBudget::new(host_limits.memory_budget_bytes)),
             descriptors: Arc::new(DescriptorLedger::new(host_limits.guest_descriptors)),
