@@ -1,13 +1,11 @@
 //! `dsh-env cache list|gc|clear`: the home's compile cache (its cap: `home.rs`).
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dsh_env::{CacheError, CachedEntry, Eviction};
-use dsh_env::__internal::DEFAULT_MAX_BYTES;
 use dsh_env::__internal::escape_controls;
 use dsh_env::{ArtifactCache, DshHome};
+use dsh_env::{CacheError, CachedEntry, Eviction};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{MAX_MIB, home_cache, mib, resolve_home};

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::Manifest;
+use dsh_env::__internal::default_signature_path;
+use dsh_env::__internal::read_signature;
 use dsh_env::__internal::sha256_hex;
 use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
-use dsh_env::__internal::read_signature;
-use dsh_env::__internal::default_signature_path;
+use dsh_env::Manifest;
 use serde_json::json;
 
 use crate::failure::{CliResult, Failure};

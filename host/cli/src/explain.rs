@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use dsh_env::OnError;
-use dsh_env::EnvRule;
 use dsh_env::__internal::escape_controls;
+use dsh_env::EnvRule;
+use dsh_env::OnError;
 use serde_json::json;
 
 use crate::failure::CliResult;

@@ -7,8 +7,10 @@ mod progress;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use dsh_env::__internal::{
+    MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8,
+};
 use dsh_env::EnvironmentPolicy;
-use dsh_env::__internal::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Runtime,
     Tiering, ToolExecution, Trust,
@@ -195,4 +197,3 @@ pub(crate) fn parse_env_pair(text: &str) -> Result<(String, String), String> {
         .map(|(name, value)| (name.to_string(), value.to_string()))
         .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))
 }
-

@@ -8,9 +8,9 @@ use dsh_env::__internal::escape_controls;
 use dsh_env::{Keep, Sweep};
 use dsh_env::{Manifest, OciReference, Store};
 
-use crate::output::size;
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
+use crate::output::size;
 
 /// The arguments of `store`.
 #[derive(clap::Args)]

@@ -55,14 +55,14 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use crate::atomic_file;
-use crate::digest::{self, hex, sha256_hex};
-use crate::engine::engine_tag;
 use crate::compile::{Bounds, CompileError};
 use crate::declaration::RawDeclaration;
+use crate::digest::{self, hex, sha256_hex};
+use crate::engine::engine_tag;
 use crate::input::escape_controls;
 
-pub use evict::{CacheError, CachedEntry, Eviction};
 use evict::is_digest;
+pub use evict::{CacheError, CachedEntry, Eviction};
 
 /// The default size cap of a cache directory: room for a dozen Python or
 /// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.

@@ -21,6 +21,7 @@ mod digest;
 mod input;
 mod keys;
 // Rules without wasmtime.
+mod declaration;
 mod environment;
 mod execution;
 mod guest_output;
@@ -28,23 +29,22 @@ mod home;
 mod limits;
 mod overlay;
 mod signature;
-mod declaration;
 // Configuration.
-mod store;
-mod spec;
 mod manifest;
+mod spec;
+mod store;
 // The engine.
-mod epoch;
 mod engine;
+mod epoch;
 // Artifacts.
-mod compile;
 mod cache;
+mod compile;
 // Instances and calls.
-mod sandbox;
 mod runtime;
+mod sandbox;
 // Registration and collection.
-mod registry;
 mod culprit;
+mod registry;
 
 pub use cache::{ArtifactCache, CacheError, CachedEntry, Eviction};
 pub use compile::CompileProgress;
@@ -55,7 +55,7 @@ pub use declaration::{
 pub use engine::{Allocator, RuntimeError, Tiering};
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
-    ScrubPolicy, ScrubReason, child_environment,
+    ScrubPolicy, ScrubReason, child_environment, scrub_reason,
 };
 pub use execution::{Agent, ExecutionJsonError, Mode, ToolExecution};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
@@ -65,13 +65,12 @@ pub use limits::{HostLimits, Limits, Phase};
 pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
-    Collection, ContributorError, ContributorListing, FailureCause, KeyListing,
-    NativeContributor, Registration, Registry, RegistryError,
+    Collection, ContributorError, ContributorListing, FailureCause, KeyListing, NativeContributor,
+    Registration, Registry, RegistryError,
 };
 pub use runtime::Runtime;
 pub use sandbox::{
-    CodeTier, ContractVersion, ContributorComponent, GuestFailure, LoadError, LoadErrorKind,
-    supported_contracts,
+    CodeTier, ContractVersion, ContributorComponent, GuestFailure, LoadError, supported_contracts,
 };
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
@@ -88,7 +87,10 @@ pub use store::{
 /// engine's ceilings, the store's wire format. No stability promise.
 #[doc(hidden)]
 pub mod __internal {
-    pub use crate::atomic_file;
+    /// Whole-file writes, synced before the rename.
+    pub mod atomic_file {
+        pub use crate::atomic_file::write;
+    }
     pub use crate::cache::DEFAULT_MAX_BYTES;
     pub use crate::compile::helper_main;
     pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};

@@ -8,23 +8,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::ArtifactCache;
-use crate::digest;
 use crate::compile::{CompileProgress, Compiler};
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
+use crate::digest;
+use crate::engine::RuntimeError;
 use crate::engine::Tiering;
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
-use crate::limits::Limits;
+use crate::limits::{Limits, Phase};
 use crate::manifest::{Manifest, ManifestError};
 use crate::overlay::Overlay;
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::Runtime;
 use crate::sandbox::{
-    Call, ContributorComponent, GuestFailure, LoadError, Opening, Phase, Preparation, Prepared,
-    Source,
+    Call, ContributorComponent, GuestFailure, LoadError, Opening, Preparation, Prepared, Source,
 };
 use crate::signature::{SignatureError, Signer, Trust, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};

@@ -22,8 +22,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use dsh_env::Agent;
 use dsh_env::__internal::escape_controls;
+use dsh_env::Agent;
 
 /// How a session came from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -269,12 +269,11 @@ fn load_file(path: &Path, id: &str) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
     // The model can run commands under the home: a session file may have
     // become a FIFO, or grown without end.
-    let text = dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_SESSION_BYTES).map_err(
-        |e| SessionError::Read {
+    let text = dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_SESSION_BYTES)
+        .map_err(|e| SessionError::Read {
             path: shown.clone(),
             problem: e.problem,
-        },
-    )?;
+        })?;
     let malformed = |line: usize, message: String| SessionError::Malformed {
         path: shown.clone(),
         line,

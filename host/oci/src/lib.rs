@@ -32,10 +32,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use dsh_env::__internal::sha256_hex;
 use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{
+    MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
+};
+use dsh_env::__internal::{sha256_hex, verify_sha256};
 use dsh_env::{ManifestProblem, StoreProblem};
-use dsh_env::__internal::{MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host};
 use dsh_env::{OciReference, Store, StoredArtifact};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
@@ -570,7 +573,7 @@ impl Registry {
         let bytes = read_capped(response, "manifest", MAX_OCI_MANIFEST_BYTES).await?;
         let actual = match reference.digest_hex().map(str::to_string).or(claimed) {
             Some(expected) => {
-                digest::verify(&bytes, &expected).map_err(|mismatch| {
+                verify_sha256(&bytes, &expected).map_err(|mismatch| {
                     OciProblem::DigestMismatch {
                         what: "manifest",
                         expected: escape_controls(&expected).into_owned(),
@@ -599,7 +602,7 @@ impl Registry {
                 actual: bytes.len() as u64,
             });
         }
-        digest::verify(&bytes, hex).map_err(|mismatch| OciProblem::DigestMismatch {
+        verify_sha256(&bytes, hex).map_err(|mismatch| OciProblem::DigestMismatch {
             what,
             expected: hex.to_string(),
             actual: mismatch.actual,

@@ -2,8 +2,8 @@
 //! per test on 127.0.0.1), with real components; and against a hostile one
 //! (a server the test starts on 127.0.0.1 that floods, stalls and redirects).
 
-use dsh_env::ManifestProblem;
 use dsh_env::__internal::{OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
+use dsh_env::ManifestProblem;
 use dsh_env::{OciReference, Store};
 use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE};
 use std::time::Duration;

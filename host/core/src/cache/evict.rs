@@ -119,7 +119,11 @@ pub(super) fn entries(dir: &Path) -> std::io::Result<Vec<CachedEntry>> {
 
 /// Removes the least recently used entries of `dir` but those `keep` names
 /// until it holds at most `max_bytes`.
-pub(super) fn evict(dir: &Path, max_bytes: u64, keep: &dyn Fn(&str) -> bool) -> std::io::Result<Eviction> {
+pub(super) fn evict(
+    dir: &Path,
+    max_bytes: u64,
+    keep: &dyn Fn(&str) -> bool,
+) -> std::io::Result<Eviction> {
     let listed = list(dir)?;
     let mut remaining: u64 = listed.iter().map(|one| one.entry.bytes).sum();
     let mut eviction = Eviction::default();

@@ -7,7 +7,7 @@ use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
 
 use crate::input::escape_controls;
-use crate::limits::{Limits, Phase, bounded};
+use crate::limits::{Limits, bounded};
 
 /// How a guest call failed inside the sandbox. Text that can come from the
 /// guest (its error message, names in a trap's backtrace) is shown escaped.

@@ -12,11 +12,11 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::files::OpenFiles;
-use crate::engine;
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 use crate::spec::Grants;
+use crate::{epoch, limits};
 
 /// Per-instance host state: an empty WASI context and the guest's config.
 pub(crate) struct GuestState {

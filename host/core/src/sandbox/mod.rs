@@ -14,7 +14,7 @@ use crate::declaration::RawDeclaration;
 use crate::engine::{self, Allocator, RuntimeError, Tiering, engine_tag};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{self, HostLimits, Limits, bounded};
+use crate::limits::{self, HostLimits, Limits, Phase, bounded};
 use crate::spec::{Grants, OnError};
 
 mod component;
@@ -27,7 +27,7 @@ pub(crate) use component::Opening;
 pub(crate) use component::Source;
 pub use component::{CodeTier, ContributorComponent, LoadError, MAX_OPENING_THREADS};
 pub use contract::{ContractVersion, supported_contracts};
-pub use failure::{GuestFailure, Phase};
+pub use failure::GuestFailure;
 
 use component::{Linked, is_component, not_a_component};
 
