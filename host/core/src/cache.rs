@@ -55,11 +55,12 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use crate::atomic_file;
-use crate::compile::{Bounds, CompileError};
+use crate::compile::{Bounds, CompileError, limit_field};
 use crate::declaration::RawDeclaration;
 use crate::digest::{self, hex, sha256_hex};
 use crate::engine::engine_tag;
 use crate::input::escape_controls;
+use crate::load_error::LoadErrorKind;
 
 use evict::is_digest;
 pub use evict::{CacheError, CachedEntry, Eviction};
@@ -134,6 +135,10 @@ struct Entry {
 struct Failure {
     bounds: Bounds,
     reason: String,
+    /// The limit that ran out, by its manifest name (absent in records
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<String>,
 }
 
 impl ArtifactCache {
@@ -197,7 +202,7 @@ impl ArtifactCache {
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
         defer: bool,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         let tag = engine_tag(engine);
         let (before, alias) = self.alias(path, &tag);
         if let Some(loaded) = alias
@@ -207,7 +212,7 @@ impl ArtifactCache {
             return Ok(loaded);
         }
         let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
-            .map_err(|e| e.problem.to_string())?;
+            .map_err(|e| LoadErrorKind::Read(e.problem.into()))?;
         let loaded = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
@@ -278,7 +283,7 @@ impl ArtifactCache {
         bytes: &[u8],
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         self.load_keyed(engine, bytes, &engine_tag(engine), bounds, compile)
     }
 
@@ -333,7 +338,7 @@ impl ArtifactCache {
         tag: &str,
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         let content = sha256_hex(bytes);
         let entry = self.entry(&content, tag);
         let held = self.hold(&entry);
@@ -345,24 +350,34 @@ impl ArtifactCache {
             linked: usable.then_some(entry.linked.clone()),
         };
         if !usable {
-            let artifact = compile(bytes).map_err(reason)?;
-            return in_memory(engine, &artifact).map(Opened::Now).map(loaded);
+            let artifact = compile(bytes)?;
+            return in_memory(engine, &artifact)
+                .map(Opened::Now)
+                .map(loaded)
+                .map_err(LoadErrorKind::Cache);
         }
         if let Some(component) = self.open(engine, &entry, false) {
             return Ok(loaded(component));
         }
-        if let Some(reason) = self.failure(&entry, bounds) {
-            return Err(format!(
-                "{reason} (remembered; raise limits.compile_* to retry)"
-            ));
+        if let Some(failure) = self.failure(&entry, bounds) {
+            return Err(LoadErrorKind::CompileLimit {
+                limit: failure.limit.as_deref().and_then(limit_field),
+                reason: format!(
+                    "{} (remembered; raise limits.compile_* to retry)",
+                    failure.reason
+                ),
+            });
         }
         let artifact = match compile(bytes) {
             Ok(artifact) => artifact,
-            Err(CompileError::Exceeded(reason)) => {
-                self.remember_failure(&entry, bounds, &reason);
-                return Err(reason);
+            Err(CompileError::Exceeded { limit, reason }) => {
+                self.remember_failure(&entry, bounds, limit, &reason);
+                return Err(LoadErrorKind::CompileLimit {
+                    limit: Some(limit),
+                    reason,
+                });
             }
-            Err(CompileError::Failed(reason)) => return Err(reason),
+            Err(other) => return Err(other.into()),
         };
         // It compiles now (under higher limits): forget an old failure.
         let _ = fs::remove_file(&entry.failed);
@@ -374,7 +389,10 @@ impl ArtifactCache {
         }
         // This process keeps the copy in memory, as when it compiled in
         // process; later ones map the stored file.
-        in_memory(engine, &artifact).map(Opened::Now).map(loaded)
+        in_memory(engine, &artifact)
+            .map(Opened::Now)
+            .map(loaded)
+            .map_err(LoadErrorKind::Cache)
     }
 
     /// A hold on `entry` for the component about to be loaded from it.
@@ -410,15 +428,16 @@ impl ArtifactCache {
 
     /// Why the entry's bytes failed to compile, if they ran out of limits
     /// no higher than `bounds`.
-    fn failure(&self, entry: &Entry, bounds: &Bounds) -> Option<String> {
+    fn failure(&self, entry: &Entry, bounds: &Bounds) -> Option<Failure> {
         let failure: Failure = serde_json::from_slice(&fs::read(&entry.failed).ok()?).ok()?;
-        (!bounds.exceeds(&failure.bounds)).then_some(failure.reason)
+        (!bounds.exceeds(&failure.bounds)).then_some(failure)
     }
 
-    fn remember_failure(&self, entry: &Entry, bounds: &Bounds, reason: &str) {
+    fn remember_failure(&self, entry: &Entry, bounds: &Bounds, limit: &str, reason: &str) {
         let failure = Failure {
             bounds: *bounds,
             reason: reason.to_string(),
+            limit: Some(limit.to_string()),
         };
         let written = serde_json::to_vec(&failure)
             .map_err(std::io::Error::other)
@@ -556,13 +575,6 @@ pub(crate) fn deserialize(engine: &Engine, artifact: &Path) -> Result<Component,
     // wasmtime itself refuses artifacts from another version or engine
     // configuration.
     unsafe { Component::deserialize_file(engine, artifact) }.map_err(|e| format!("{e:#}"))
-}
-
-/// The message of a compile failure.
-fn reason(err: CompileError) -> String {
-    match err {
-        CompileError::Failed(reason) | CompileError::Exceeded(reason) => reason,
-    }
 }
 
 /// The component in `artifact`, which the compile helper just wrote.

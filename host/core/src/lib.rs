@@ -39,6 +39,7 @@ mod epoch;
 // Artifacts.
 mod cache;
 mod compile;
+mod load_error;
 // Instances and calls.
 mod runtime;
 mod sandbox;
@@ -62,6 +63,7 @@ pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
 pub use input::{FileError, ReadProblem};
 pub use keys::{BUILTIN_OWNER, DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::{HostLimits, Limits, Phase};
+pub use load_error::{LoadError, LoadErrorKind};
 pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
@@ -70,7 +72,7 @@ pub use registry::{
 };
 pub use runtime::Runtime;
 pub use sandbox::{
-    CodeTier, ContractVersion, ContributorComponent, GuestFailure, LoadError, supported_contracts,
+    CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{

@@ -20,11 +20,12 @@ use crate::home::DshHome;
 use crate::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::{Limits, Phase};
+use crate::load_error::{LoadError, LoadErrorKind};
 use crate::manifest::{Manifest, ManifestError};
 use crate::overlay::Overlay;
 use crate::runtime::Runtime;
 use crate::sandbox::{
-    Call, ContributorComponent, GuestFailure, LoadError, Opening, Preparation, Prepared, Source,
+    Call, ContributorComponent, GuestFailure, Opening, Preparation, Prepared, Source,
 };
 use crate::signature::{SignatureError, Signer, Trust, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
@@ -538,11 +539,8 @@ impl Registry {
                 (self.load_file_with(path, &spec.limits)?, signer)
             }
             ContributorSource::File(path) => {
-                let bytes =
-                    read_regular_file(path, MAX_COMPONENT_BYTES).map_err(|e| LoadError {
-                        origin: origin.clone(),
-                        reason: e.problem.to_string(),
-                    })?;
+                let bytes = read_regular_file(path, MAX_COMPONENT_BYTES)
+                    .map_err(|e| LoadError::new(&origin, LoadErrorKind::Read(e.problem.into())))?;
                 let signer = checked(&bytes)?;
                 (self.load_bytes_with(&origin, &bytes, &spec.limits)?, signer)
             }
@@ -557,10 +555,7 @@ impl Registry {
                     Some(pulled) => std::borrow::Cow::Borrowed(pulled),
                     None => std::borrow::Cow::Owned(
                         (Store::in_home(&self.inner.home).load(reference)).map_err(|e| {
-                            LoadError {
-                                origin: origin.clone(),
-                                reason: e.problem.to_string(),
-                            }
+                            LoadError::new(&origin, LoadErrorKind::Store(e.problem.into()))
                         })?,
                     ),
                 };
