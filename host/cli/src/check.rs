@@ -5,16 +5,17 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use dsh_env::__internal::default_signature_path;
+use dsh_env::__internal::read_signature;
+use dsh_env::__internal::sha256_hex;
+use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env::Manifest;
-use dsh_env::cache::sha256_hex;
-use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
-use dsh_env::signature::read_signature;
-use dsh_env::spec::default_signature_path;
 use serde_json::json;
 
-use crate::setup::{
-    CliResult, Failure, open_home_registry, parse_env_pair, print_json, resolve_home,
-};
+use crate::failure::{CliResult, Failure};
+use crate::home::resolve_home;
+use crate::output::print_json;
+use crate::setup::{open_home_registry, parse_env_pair};
 
 /// The arguments of `check`.
 #[derive(clap::Args)]
