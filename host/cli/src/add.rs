@@ -15,16 +15,19 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::input::{MAX_MANIFEST_BYTES, ReadProblem, escape_controls, read_regular_text};
-use dsh_env::store::OCI_SCHEME;
+use dsh_env::__internal::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text};
+use dsh_env::__internal::{OCI_SCHEME, atomic_file};
+use dsh_env::ReadProblem;
 use dsh_env::{
     ContributorComponent, ContributorEntry, HostEnv, Manifest, OciReference, RawDeclaration,
-    Registry, Store, atomic_file,
+    Registry, Store,
 };
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
 
+use crate::failure::{CliResult, Failure};
+use crate::home::resolve_home;
 use crate::network::NetworkArgs;
-use crate::setup::{CliResult, Failure, open_home_registry, resolve_home};
+use crate::setup::open_home_registry;
 
 /// The arguments of `add`.
 #[derive(clap::Args)]

@@ -6,11 +6,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::atomic_file;
-use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
+use dsh_env::__internal::atomic_file;
+use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env_authoring::Contract;
 
-use crate::setup::{CliResult, Failure};
+use crate::failure::{CliResult, Failure};
 
 /// The languages `bindgen` writes bindings for.
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -1,21 +1,15 @@
-//! `dsh-env cache list|gc|clear`: the home's compile cache, and the size cap
-//! every command keeps it within (`$DSH_CACHE_MAX_MIB`, default 512).
+//! `dsh-env cache list|gc|clear`: the home's compile cache (its cap: `home.rs`).
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dsh_env::cache::{CacheError, CachedEntry, DEFAULT_MAX_BYTES, Eviction};
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
 use dsh_env::{ArtifactCache, DshHome};
+use dsh_env::{CacheError, CachedEntry, Eviction};
 
-use crate::setup::{CliResult, Failure, print_json, resolve_home};
-
-/// The variable that sets the cache's size cap, in MiB.
-pub(crate) const MAX_MIB_VAR: &str = "DSH_CACHE_MAX_MIB";
-
-/// The largest cache cap, in MiB (1 TiB: beyond that a cap means nothing).
-const MAX_MIB: u64 = 1 << 20;
+use crate::failure::{CliResult, Failure};
+use crate::home::{MAX_MIB, home_cache, mib, resolve_home};
+use crate::output::{print_json, size};
 
 /// The arguments of `cache`.
 #[derive(clap::Args)]
@@ -46,29 +40,6 @@ enum Action {
     Clear,
 }
 
-/// The cache in `home`, capped by `$DSH_CACHE_MAX_MIB` (a usage error when
-/// it is not a number).
-pub(crate) fn home_cache(home: &Path) -> CliResult<ArtifactCache> {
-    let max_bytes = match std::env::var(MAX_MIB_VAR) {
-        Err(std::env::VarError::NotPresent) => DEFAULT_MAX_BYTES,
-        Ok(text) => mib(text
-            .trim()
-            .parse()
-            .ok()
-            .filter(|n| *n <= MAX_MIB)
-            .ok_or_else(|| {
-                Failure::config(format!(
-                    "${MAX_MIB_VAR} must be a whole number of MiB from 0 to {MAX_MIB}, not `{}`",
-                    escape_controls(&text)
-                ))
-            })?),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(Failure::config(format!("${MAX_MIB_VAR} is not UTF-8")));
-        }
-    };
-    Ok(ArtifactCache::new(home.join("cache")).with_max_bytes(max_bytes))
-}
-
 /// Runs `cache list|gc|clear`.
 pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
     let home: DshHome = resolve_home(home.as_deref(), None)?;
@@ -94,10 +65,6 @@ pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn mib(n: u64) -> u64 {
-    n.saturating_mul(1 << 20)
 }
 
 /// One line an entry, least recently used first, then the total.
@@ -170,15 +137,6 @@ fn print_eviction(cache: &ArtifactCache, eviction: &Eviction) {
         size(eviction.remaining_bytes),
         escape_controls(&cache.dir().display().to_string())
     );
-}
-
-/// `bytes` in KiB or MiB, to one decimal.
-pub(crate) fn size(bytes: u64) -> String {
-    if bytes >= 1 << 20 {
-        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
-    } else {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    }
 }
 
 /// `secs` as the largest whole unit.

@@ -6,17 +6,17 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::cache::sha256_hex;
-use dsh_env::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
-use dsh_env::signature::read_signature;
-use dsh_env::spec::default_signature_path;
+use dsh_env::__internal::default_signature_path;
+use dsh_env::__internal::read_signature;
+use dsh_env::__internal::sha256_hex;
+use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env::{Agent, Collection, ContributorComponent, Manifest, Registry, ToolExecution};
 use serde_json::json;
 
-use crate::setup::{
-    CliResult, Failure, manifest_trust, open_home_registry, parse_env_pair, print_json,
-    read_execution, resolve_home,
-};
+use crate::failure::{CliResult, Failure};
+use crate::home::resolve_home;
+use crate::output::print_json;
+use crate::setup::{manifest_trust, open_home_registry, parse_env_pair, read_execution};
 
 /// The arguments of `check`.
 #[derive(clap::Args)]
@@ -228,10 +228,8 @@ async fn dry_run(
     name: &str,
     execution: &ToolExecution,
 ) -> Result<Collection, String> {
-    registry
-        .register(component)
-        .await
-        .map_err(|e| e.to_string())?;
+    // Held until the call is done: dropping a registration removes it.
+    let _registered = (registry.register(component).await).map_err(|e| e.to_string())?;
     match registry.collect_contributor(name, execution).await {
         Ok(Some(collection)) => Ok(collection),
         Ok(None) => Err(format!(

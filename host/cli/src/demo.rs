@@ -14,8 +14,9 @@ use dsh_env_harness::session::{Session, SessionStore};
 use dsh_env_harness::tool::BashTool;
 use serde_json::json;
 
-use crate::cache::home_cache;
-use crate::setup::{CliResult, Failure, manifest_trust, open_registry};
+use crate::failure::{CliResult, Failure};
+use crate::home::home_cache;
+use crate::setup::{manifest_trust, open_registry};
 
 /// What every scripted shell runs: print the managed environment.
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";

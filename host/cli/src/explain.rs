@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+use dsh_env::__internal::escape_controls;
+use dsh_env::EnvRule;
 use dsh_env::OnError;
-use dsh_env::environment::EnvRule;
-use dsh_env::input::escape_controls;
 use serde_json::json;
 
-use crate::setup::{Call, CliResult, print_json};
+use crate::failure::CliResult;
+use crate::output::print_json;
+use crate::setup::Call;
 
 /// The arguments of `explain`.
 #[derive(clap::Args)]

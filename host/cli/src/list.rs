@@ -2,9 +2,11 @@
 
 use std::process::ExitCode;
 
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
 
-use crate::setup::{CliResult, Setup, print_json};
+use crate::failure::CliResult;
+use crate::output::print_json;
+use crate::setup::Setup;
 
 /// The arguments of `list`.
 #[derive(clap::Args)]

@@ -13,9 +13,12 @@ mod check;
 mod completions;
 mod demo;
 mod explain;
+mod failure;
+mod home;
 mod list;
 mod network;
 mod new;
+mod output;
 mod push;
 mod resolve;
 mod run;
@@ -28,9 +31,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
 
-use setup::{CliResult, Failure, Setup};
+use failure::{CliResult, Failure};
+use setup::Setup;
 
 /// Per-call DSH_* environments from sandboxed WebAssembly contributors.
 #[derive(Parser)]

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use dsh_env::__internal::escape_controls;
 use dsh_env::DshKey;
-use dsh_env::input::escape_controls;
 
-use crate::setup::{CliResult, Failure};
+use crate::failure::{CliResult, Failure};
 
 /// A template's languages.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -166,7 +166,7 @@ fn key_for(name: &str) -> Result<String, String> {
     if name.ends_with('-') || name.contains("--") {
         return Err("a dash must sit between two letters or digits".into());
     }
-    if name == dsh_env::registry::BUILTIN_OWNER {
+    if name == dsh_env::BUILTIN_OWNER {
         return Err("it is reserved for dsh-env's built-in keys".into());
     }
     let key = format!("DSH_{}", name.to_ascii_uppercase().replace('-', "_"));

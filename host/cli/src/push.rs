@@ -5,13 +5,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::input::{MAX_COMPONENT_BYTES, ReadProblem, read_regular_file, read_regular_text};
-use dsh_env::sandbox::not_a_component_reason;
-use dsh_env::store::OCI_SCHEME;
-use dsh_env::{OciReference, input::escape_controls};
+use dsh_env::__internal::OCI_SCHEME;
+use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::not_a_component_reason;
+use dsh_env::__internal::{MAX_COMPONENT_BYTES, read_regular_file, read_regular_text};
+use dsh_env::OciReference;
+use dsh_env::ReadProblem;
 
+use crate::failure::{CliResult, Failure};
 use crate::network::NetworkArgs;
-use crate::setup::{CliResult, Failure};
 
 /// The largest `.minisig` read: one is about 300 bytes.
 const MAX_SIGNATURE_BYTES: u64 = 8 << 10;

@@ -2,9 +2,11 @@
 
 use std::process::ExitCode;
 
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
 
-use crate::setup::{Call, CliResult, print_json};
+use crate::failure::CliResult;
+use crate::output::print_json;
+use crate::setup::Call;
 
 /// The arguments of `resolve`.
 #[derive(clap::Args)]

@@ -15,7 +15,8 @@ use std::time::Duration;
 use dsh_env_harness::executor::shell_command;
 use dsh_env_harness::{ExecError, ShellExecRequest};
 
-use crate::setup::{Call, CliResult, Failure, parse_env_pair};
+use crate::failure::{CliResult, Failure};
+use crate::setup::{Call, parse_env_pair};
 
 /// Exit code for dsh-env's own failure (a contributor's included), when the
 /// command did not run.

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::setup::Registered;
-use dsh_env::environment::EnvironmentPolicy;
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
+use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,

@@ -1,45 +1,23 @@
-//! What every command shares: failures and exit codes, opening a registry
-//! from `--manifest`/`--home` (with compile progress on a terminal), reading
-//! `--execution`, printing JSON.
+//! What the commands that run contributors share: opening a registry from
+//! `--manifest`/`--home` (with compile progress on a terminal) and reading
+//! `--execution`.
 
 mod progress;
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use dsh_env::environment::EnvironmentPolicy;
-use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
+use dsh_env::__internal::{
+    MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8,
+};
+use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
-    Registration, Registry, Runtime, Tiering, ToolExecution, Trust,
+    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Runtime,
+    Tiering, ToolExecution, Trust,
 };
 
-/// An error and the exit code it maps to.
-pub(crate) struct Failure {
-    pub(crate) code: u8,
-    pub(crate) message: String,
-}
-
-impl Failure {
-    /// A usage or configuration error (exit 2).
-    pub(crate) fn config(message: impl std::fmt::Display) -> Self {
-        Failure {
-            code: 2,
-            message: message.to_string(),
-        }
-    }
-
-    /// A runtime failure (exit 1).
-    pub(crate) fn runtime(message: impl std::fmt::Display) -> Self {
-        Failure {
-            code: 1,
-            message: message.to_string(),
-        }
-    }
-}
-
-/// A command's outcome.
-pub(crate) type CliResult<T = ()> = Result<T, Failure>;
+use crate::failure::{CliResult, Failure};
+use crate::home::{home_cache, resolve_home_explained};
 
 /// A registry, the registrations that keep its contributors registered, and
 /// what the manifest says about children and the home.
@@ -135,7 +113,7 @@ pub(crate) fn open_home_registry(
     tiering: Tiering,
     manifest: Option<&Manifest>,
 ) -> CliResult<Registry> {
-    let cache = crate::cache::home_cache(home.path())?;
+    let cache = home_cache(home.path())?;
     open_registry(home, cache, tiering, manifest_trust(manifest)?)
 }
 
@@ -144,28 +122,6 @@ pub(crate) fn manifest_trust(manifest: Option<&Manifest>) -> CliResult<Trust> {
     manifest.map_or(Ok(Trust::default()), |manifest| {
         manifest.trust().map_err(Failure::config)
     })
-}
-
-/// The home: `--home`, then the manifest's `home`, then `$DSH_HOME`, then `~/.dsh`.
-pub(crate) fn resolve_home(flag: Option<&str>, manifest: Option<&Manifest>) -> CliResult<DshHome> {
-    resolve_home_explained(flag, manifest).map(|(home, _)| home)
-}
-
-/// [`resolve_home`], and where the home came from: `--home`, the manifest's
-/// path, `$DSH_HOME` or `default ~/.dsh`.
-fn resolve_home_explained(
-    flag: Option<&str>,
-    manifest: Option<&Manifest>,
-) -> CliResult<(DshHome, String)> {
-    let mut explicit = Vec::new();
-    if let Some(path) = flag {
-        explicit.push(HomeSetting {
-            origin: "--home".into(),
-            path: path.to_string(),
-        });
-    }
-    explicit.extend(manifest.and_then(Manifest::home_setting));
-    DshHome::resolve_explained(&explicit, &HomeContext::from_process()).map_err(Failure::config)
 }
 
 impl Setup {
@@ -244,21 +200,4 @@ pub(crate) fn parse_env_pair(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(name, value)| (name.to_string(), value.to_string()))
         .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))
-}
-
-/// The version of every `--json` shape, carried as its top-level
-/// `"format"`: raised when a shape changes in a way a reader could trip on
-/// (a field removed, renamed or given another meaning), not when one is added.
-pub(crate) const JSON_FORMAT: u32 = 1;
-
-/// Prints the JSON object `value` on stdout, pretty, with `"format"`
-/// ([`JSON_FORMAT`]) added.
-pub(crate) fn print_json(mut value: serde_json::Value) {
-    if let Some(object) = value.as_object_mut() {
-        object.insert("format".into(), JSON_FORMAT.into());
-    }
-    match serde_json::to_string_pretty(&value) {
-        Ok(text) => println!("{text}"),
-        Err(err) => eprintln!("dsh-env: cannot print JSON: {err}"),
-    }
 }

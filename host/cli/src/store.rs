@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::input::escape_controls;
-use dsh_env::store::{Keep, Sweep};
+use dsh_env::__internal::escape_controls;
+use dsh_env::{Keep, Sweep};
 use dsh_env::{Manifest, OciReference, Store};
 
-use crate::cache::size;
-use crate::setup::{CliResult, Failure, resolve_home};
+use crate::failure::{CliResult, Failure};
+use crate::home::resolve_home;
+use crate::output::size;
 
 /// The arguments of `store`.
 #[derive(clap::Args)]

@@ -2704,7 +2704,7 @@ fn cache_lists_trims_and_clears_the_homes_compile_cache() {
 
 /// The SHA-256 of the file at `path`, in lowercase hex.
 fn sha256_of(path: &str) -> String {
-    dsh_env::cache::sha256_hex(&std::fs::read(path).unwrap())
+    dsh_env::__internal::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// `dsh-env push <file> <target>` (plus `extra`), run in `f`.
@@ -2891,7 +2891,7 @@ fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_regis
     let source = format!("source = \"oci://{}/dsh/tool@sha256:", registry.host());
     assert!(pinned.starts_with(&requiring(&author)), "{pinned}");
     assert!(pinned.contains(&source), "{pinned}");
-    let lineage_sha = dsh_env::cache::sha256_hex(&std::fs::read(&lineage).unwrap());
+    let lineage_sha = dsh_env::__internal::sha256_hex(&std::fs::read(&lineage).unwrap());
     assert!(
         pinned.contains(&format!("sha256 = \"{lineage_sha}\"")),
         "{pinned}"

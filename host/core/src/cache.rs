@@ -44,7 +44,6 @@ mod evict;
 
 use std::collections::HashMap;
 use std::fs;
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -56,18 +55,19 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use crate::atomic_file;
-use crate::compile::{Bounds, CompileError};
+use crate::compile::{Bounds, CompileError, limit_field};
 use crate::declaration::RawDeclaration;
+use crate::digest::{self, hex, sha256_hex};
+use crate::engine::engine_tag;
 use crate::input::escape_controls;
+use crate::load_error::LoadErrorKind;
 
+use evict::is_digest;
 pub use evict::{CacheError, CachedEntry, Eviction};
 
 /// The default size cap of a cache directory: room for a dozen Python or
 /// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
 pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
-
-/// Bumped when the directory's layout changes, so old entries are ignored.
-const LAYOUT: &str = "v3";
 
 /// A directory of precompiled component artifacts.
 #[derive(Debug, Clone)]
@@ -135,6 +135,10 @@ struct Entry {
 struct Failure {
     bounds: Bounds,
     reason: String,
+    /// The limit that ran out, by its manifest name (absent in records
+    /// written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<String>,
 }
 
 impl ArtifactCache {
@@ -198,7 +202,7 @@ impl ArtifactCache {
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
         defer: bool,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         let tag = engine_tag(engine);
         let (before, alias) = self.alias(path, &tag);
         if let Some(loaded) = alias
@@ -208,7 +212,7 @@ impl ArtifactCache {
             return Ok(loaded);
         }
         let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
-            .map_err(|e| e.problem.to_string())?;
+            .map_err(|e| LoadErrorKind::Read(e.problem.into()))?;
         let loaded = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
@@ -279,7 +283,7 @@ impl ArtifactCache {
         bytes: &[u8],
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         self.load_keyed(engine, bytes, &engine_tag(engine), bounds, compile)
     }
 
@@ -334,7 +338,7 @@ impl ArtifactCache {
         tag: &str,
         bounds: &Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<Loaded, String> {
+    ) -> Result<Loaded, LoadErrorKind> {
         let content = sha256_hex(bytes);
         let entry = self.entry(&content, tag);
         let held = self.hold(&entry);
@@ -346,24 +350,34 @@ impl ArtifactCache {
             linked: usable.then_some(entry.linked.clone()),
         };
         if !usable {
-            let artifact = compile(bytes).map_err(reason)?;
-            return in_memory(engine, &artifact).map(Opened::Now).map(loaded);
+            let artifact = compile(bytes)?;
+            return in_memory(engine, &artifact)
+                .map(Opened::Now)
+                .map(loaded)
+                .map_err(LoadErrorKind::Cache);
         }
         if let Some(component) = self.open(engine, &entry, false) {
             return Ok(loaded(component));
         }
-        if let Some(reason) = self.failure(&entry, bounds) {
-            return Err(format!(
-                "{reason} (remembered; raise limits.compile_* to retry)"
-            ));
+        if let Some(failure) = self.failure(&entry, bounds) {
+            return Err(LoadErrorKind::CompileLimit {
+                limit: failure.limit.as_deref().and_then(limit_field),
+                reason: format!(
+                    "{} (remembered; raise limits.compile_* to retry)",
+                    failure.reason
+                ),
+            });
         }
         let artifact = match compile(bytes) {
             Ok(artifact) => artifact,
-            Err(CompileError::Exceeded(reason)) => {
-                self.remember_failure(&entry, bounds, &reason);
-                return Err(reason);
+            Err(CompileError::Exceeded { limit, reason }) => {
+                self.remember_failure(&entry, bounds, limit, &reason);
+                return Err(LoadErrorKind::CompileLimit {
+                    limit: Some(limit),
+                    reason,
+                });
             }
-            Err(CompileError::Failed(reason)) => return Err(reason),
+            Err(other) => return Err(other.into()),
         };
         // It compiles now (under higher limits): forget an old failure.
         let _ = fs::remove_file(&entry.failed);
@@ -375,7 +389,10 @@ impl ArtifactCache {
         }
         // This process keeps the copy in memory, as when it compiled in
         // process; later ones map the stored file.
-        in_memory(engine, &artifact).map(Opened::Now).map(loaded)
+        in_memory(engine, &artifact)
+            .map(Opened::Now)
+            .map(loaded)
+            .map_err(LoadErrorKind::Cache)
     }
 
     /// A hold on `entry` for the component about to be loaded from it.
@@ -411,15 +428,16 @@ impl ArtifactCache {
 
     /// Why the entry's bytes failed to compile, if they ran out of limits
     /// no higher than `bounds`.
-    fn failure(&self, entry: &Entry, bounds: &Bounds) -> Option<String> {
+    fn failure(&self, entry: &Entry, bounds: &Bounds) -> Option<Failure> {
         let failure: Failure = serde_json::from_slice(&fs::read(&entry.failed).ok()?).ok()?;
-        (!bounds.exceeds(&failure.bounds)).then_some(failure.reason)
+        (!bounds.exceeds(&failure.bounds)).then_some(failure)
     }
 
-    fn remember_failure(&self, entry: &Entry, bounds: &Bounds, reason: &str) {
+    fn remember_failure(&self, entry: &Entry, bounds: &Bounds, limit: &str, reason: &str) {
         let failure = Failure {
             bounds: *bounds,
             reason: reason.to_string(),
+            limit: Some(limit.to_string()),
         };
         let written = serde_json::to_vec(&failure)
             .map_err(std::io::Error::other)
@@ -460,7 +478,7 @@ impl ArtifactCache {
         if identity.0 != sealed {
             // Written since it was sealed: trust the bytes only if they match.
             let artifact = fs::read(&entry.artifact).ok()?;
-            if sha256_hex(&artifact) != digest {
+            if digest::verify(&artifact, digest).is_err() {
                 tracing::warn!(
                     "corrupt precompiled artifact {}; recompiling",
                     entry.artifact.display()
@@ -559,13 +577,6 @@ pub(crate) fn deserialize(engine: &Engine, artifact: &Path) -> Result<Component,
     unsafe { Component::deserialize_file(engine, artifact) }.map_err(|e| format!("{e:#}"))
 }
 
-/// The message of a compile failure.
-fn reason(err: CompileError) -> String {
-    match err {
-        CompileError::Failed(reason) | CompileError::Exceeded(reason) => reason,
-    }
-}
-
 /// The component in `artifact`, which the compile helper just wrote.
 fn in_memory(engine: &Engine, artifact: &[u8]) -> Result<Component, String> {
     // SAFETY: the artifact comes from the compile helper run for this engine
@@ -646,42 +657,58 @@ impl Identity {
     }
 }
 
-/// The engine's part of an entry's name: this crate's version, the cache
-/// layout, and wasmtime's compatibility hash of the engine configuration,
-/// through SHA-256 (std's `DefaultHasher` may change with the toolchain,
-/// which would silently orphan every artifact).
-pub(crate) fn engine_tag(engine: &Engine) -> String {
-    let mut hasher = StableHasher(Sha256::new());
-    env!("CARGO_PKG_VERSION").hash(&mut hasher);
-    LAYOUT.hash(&mut hasher);
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    hex(&hasher.0.finalize()[..8])
-}
-
-/// Feeds what a [`Hash`] implementation writes into SHA-256.
-struct StableHasher(Sha256);
-
-impl Hasher for StableHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+impl ArtifactCache {
+    /// Every entry of the directory, least recently used first.
+    pub fn entries(&self) -> Result<Vec<CachedEntry>, CacheError> {
+        self.check_for_maintenance()?;
+        evict::entries(&self.dir).map_err(|source| self.list_error(source))
     }
 
-    /// Unused: the tag is read from the whole digest.
-    fn finish(&self) -> u64 {
-        0
+    /// Removes the least recently used entries until the directory holds at
+    /// most `max_bytes` (writes in progress are left alone and count).
+    pub fn gc(&self, max_bytes: u64) -> Result<Eviction, CacheError> {
+        self.check_for_maintenance()?;
+        evict::evict(&self.dir, max_bytes, &|_| false).map_err(|source| self.list_error(source))
     }
-}
 
-fn is_digest(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
-}
+    /// Removes every entry (but writes in progress); processes using the
+    /// cache compile again what they load next.
+    pub fn clear(&self) -> Result<Eviction, CacheError> {
+        self.gc(0)
+    }
 
-/// The SHA-256 of `bytes`, in lowercase hex: the content digest the cache
-/// files a component under, and the digest a manifest entry pins.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
+    /// Cuts the directory back to its cap after a write, keeping the
+    /// entries of components this process holds (the one just written
+    /// among them). Failures only cost space, so they are logged.
+    fn evict_after_write(&self) {
+        match evict::evict(&self.dir, self.max_bytes, &|id| self.is_held(id)) {
+            Ok(eviction) if eviction.removed > 0 => tracing::info!(
+                "compile cache {} over its cap of {} bytes: removed {} least recently used \
+                 entries ({} bytes)",
+                self.dir.display(),
+                self.max_bytes,
+                eviction.removed,
+                eviction.freed_bytes
+            ),
+            Ok(_) => {}
+            Err(err) => tracing::warn!("cannot keep the compile cache within its cap: {err}"),
+        }
+    }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    /// The directory, if it is one it is safe to remove files from.
+    fn check_for_maintenance(&self) -> Result<(), CacheError> {
+        self.checked()
+            .clone()
+            .map_err(|reason| CacheError::Unusable {
+                dir: self.dir.clone(),
+                reason,
+            })
+    }
+
+    fn list_error(&self, source: std::io::Error) -> CacheError {
+        CacheError::List {
+            dir: self.dir.clone(),
+            source,
+        }
+    }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::input::{escape_controls, is_executable};
 use crate::limits::Limits;
+use crate::load_error::LoadErrorKind;
 
 /// The helper's file name.
 pub const HELPER: &str = "dsh-env-compile";
@@ -81,23 +82,12 @@ impl Bounds {
 
     /// The sentence naming `limit` and its value.
     fn exceeded(&self, limit: Limit) -> String {
-        let (name, value, field) = match limit {
-            Limit::Time => (
-                "time",
-                duration(Duration::from_millis(self.timeout_ms)),
-                "compile_timeout_ms",
-            ),
-            Limit::Cpu => (
-                "CPU",
-                duration(Duration::from_secs(self.cpu_seconds())),
-                "compile_cpu_ms",
-            ),
-            Limit::Memory => (
-                "memory",
-                format!("{} MiB", self.memory_bytes >> 20),
-                "compile_memory_mib",
-            ),
+        let (name, value) = match limit {
+            Limit::Time => ("time", duration(Duration::from_millis(self.timeout_ms))),
+            Limit::Cpu => ("CPU", duration(Duration::from_secs(self.cpu_seconds()))),
+            Limit::Memory => ("memory", format!("{} MiB", self.memory_bytes >> 20)),
         };
+        let field = limit.field();
         format!("compiling exceeded the compile {name} limit of {value} (limits.{field})")
     }
 }
@@ -119,16 +109,62 @@ enum Limit {
     Memory,
 }
 
+impl Limit {
+    /// Its name in `[contributor.limits]`.
+    fn field(self) -> &'static str {
+        match self {
+            Limit::Time => "compile_timeout_ms",
+            Limit::Cpu => "compile_cpu_ms",
+            Limit::Memory => "compile_memory_mib",
+        }
+    }
+}
+
 /// Why a component did not compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CompileError {
-    /// The component is invalid, the helper could not run, or the wall-clock
-    /// limit ran out: not remembered, since finding out again costs little,
-    /// or the cause may pass (a fixed install, a less loaded machine).
+    /// The component is invalid or the helper could not run: not
+    /// remembered, since finding out again costs little, or the cause may
+    /// pass (a fixed install).
     Failed(String),
+    /// The bytes are no component: not compiled at all.
+    NotAComponent(&'static str),
+    /// The wall-clock limit ran out: not remembered, since a less loaded
+    /// machine may finish in time.
+    TimedOut(String),
     /// The CPU or memory limit ran out: remembered by digest, so the same
     /// bytes are not compiled again under the same limits.
-    Exceeded(String),
+    Exceeded {
+        /// The limit, by its manifest name.
+        limit: &'static str,
+        /// The sentence naming it and its value.
+        reason: String,
+    },
+}
+
+impl From<CompileError> for LoadErrorKind {
+    fn from(err: CompileError) -> Self {
+        match err {
+            CompileError::Failed(reason) => LoadErrorKind::Invalid(reason),
+            CompileError::NotAComponent(what) => LoadErrorKind::NotAComponent(what),
+            CompileError::TimedOut(reason) => LoadErrorKind::CompileLimit {
+                limit: Some(Limit::Time.field()),
+                reason,
+            },
+            CompileError::Exceeded { limit, reason } => LoadErrorKind::CompileLimit {
+                limit: Some(limit),
+                reason,
+            },
+        }
+    }
+}
+
+/// The manifest name of a compile limit named in a remembered failure.
+pub(crate) fn limit_field(name: &str) -> Option<&'static str> {
+    [Limit::Time, Limit::Cpu, Limit::Memory]
+        .into_iter()
+        .map(Limit::field)
+        .find(|field| *field == name)
 }
 
 /// Told about every compile (a cache miss), so that a front end can show
@@ -269,7 +305,7 @@ impl Compiler {
     }
 
     /// Compiles `bytes` in the helper under `bounds`, for an engine whose
-    /// [`crate::cache::engine_tag`] is `engine_tag`, and returns the artifact.
+    /// [`crate::engine::engine_tag`] is `engine_tag`, and returns the artifact.
     pub(crate) fn compile(
         &self,
         bytes: &[u8],
@@ -354,16 +390,22 @@ impl Compiler {
         let cpu_spent = ended.cpu >= Duration::from_secs(bounds.cpu_seconds());
         if ended.killed && signal == Some(libc::SIGKILL) {
             // Not remembered: wall time depends on the machine's load.
-            return Err(CompileError::Failed(bounds.exceeded(Limit::Time)));
+            return Err(CompileError::TimedOut(bounds.exceeded(Limit::Time)));
         }
         if signal == Some(libc::SIGXCPU) || (signal == Some(libc::SIGKILL) && cpu_spent) {
-            return Err(CompileError::Exceeded(bounds.exceeded(Limit::Cpu)));
+            return Err(CompileError::Exceeded {
+                limit: Limit::Cpu.field(),
+                reason: bounds.exceeded(Limit::Cpu),
+            });
         }
         // An invalid component's message is not searched: guest-chosen names
         // can appear in it.
         let crashed = !matches!(code, Some(0) | Some(EXIT_INVALID));
         if code == Some(EXIT_OUT_OF_MEMORY) || (crashed && out_of_memory(&diagnostic)) {
-            return Err(CompileError::Exceeded(bounds.exceeded(Limit::Memory)));
+            return Err(CompileError::Exceeded {
+                limit: Limit::Memory.field(),
+                reason: bounds.exceeded(Limit::Memory),
+            });
         }
         match (code, artifact) {
             (Some(0), Captured::Whole(artifact)) if !artifact.is_empty() => Ok(artifact),
@@ -582,7 +624,7 @@ fn helper(args: Vec<OsString>) -> Result<(), (i32, String)> {
     ] {
         let candidate = wasmtime::Engine::new(&config)
             .map_err(|e| (EXIT_USAGE, format!("engine setup failed: {e:#}")))?;
-        if crate::cache::engine_tag(&candidate) == engine_tag {
+        if crate::engine::engine_tag(&candidate) == engine_tag {
             engine = Some(candidate);
             break;
         }
@@ -673,8 +715,8 @@ mod tests {
         let helper = wasmtime::Engine::new(&crate::engine::base_config()).unwrap();
         assert_eq!(hash(&host), hash(&helper));
         assert_eq!(
-            crate::cache::engine_tag(&host),
-            crate::cache::engine_tag(&helper)
+            crate::engine::engine_tag(&host),
+            crate::engine::engine_tag(&helper)
         );
     }
 

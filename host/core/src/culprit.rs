@@ -6,9 +6,10 @@ use serde::Serialize;
 
 use crate::declaration::{DeclarationError, DeclarationProblem, OutputProblem};
 use crate::environment::EnvError;
+use crate::load_error::LoadError;
 use crate::manifest::ManifestError;
 use crate::registry::{ContributorError, FailureCause, RegistryError};
-use crate::sandbox::{GuestFailure, LoadError};
+use crate::sandbox::GuestFailure;
 use crate::signature::SignatureError;
 use crate::spec::SpecError;
 
@@ -63,7 +64,10 @@ impl From<&RegistryError> for Culprit {
 
 impl From<&LoadError> for Culprit {
     fn from(err: &LoadError) -> Self {
-        Culprit::file(&err.origin)
+        Culprit {
+            limit: err.kind.limit(),
+            ..Culprit::file(&err.origin)
+        }
     }
 }
 

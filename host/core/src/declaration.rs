@@ -7,9 +7,8 @@ use std::fmt;
 use crate::input::{
     control_character, describe_control, describe_hidden, escape_controls, hidden_character,
 };
-use crate::key::{DshKey, KeyError};
+use crate::keys::{BUILTIN_OWNER, DshKey, KeyError};
 use crate::limits::{Limits, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
-use crate::registry::BUILTIN_OWNER;
 
 /// A declaration as a contributor gave it, not yet checked.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,12 +1,44 @@
 //! Engine policy, in one place: how guests are compiled, how instances are
-//! allocated, and how deadlines are enforced.
+//! allocated (within the ceilings of [`crate::limits`]), how deadlines are
+//! enforced, and the tag that ties a compiled artifact to this engine.
 
-use std::time::Duration;
+use std::hash::{Hash, Hasher};
 
-use crate::runtime::Allocator;
+use sha2::{Digest, Sha256};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
 };
+
+use crate::digest::hex;
+use crate::limits::{
+    MAX_CORE_INSTANCES, MAX_LIVE_INSTANCES, MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_TABLE_ELEMENTS,
+    MAX_TABLES, MAX_WASM_STACK,
+};
+
+/// How the engine allocates guest instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Allocator {
+    /// From the pre-reserved pool: fast, and bounded by its slots.
+    Pooling,
+    /// On demand, because the pool could not be reserved (`reason` says
+    /// why, e.g. a low `ulimit -v`). Calls still work, about twice as slow.
+    OnDemand {
+        /// Why the pool could not be set up.
+        reason: String,
+    },
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The WebAssembly engine or its linker could not be set up.
+    #[error("cannot set up the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The threads that run guests' file I/O could not be started.
+    #[error("cannot start the guest I/O threads: {0}")]
+    Threads(#[source] std::io::Error),
+}
 
 /// Which compiler a component missing from the cache is compiled with at
 /// load. Cranelift's code runs fastest, but compiling the Python and
@@ -27,46 +59,6 @@ pub enum Tiering {
     /// process, which would only abandon a background compile at its exit.
     Baseline,
 }
-
-/// How often the epoch advances; deadlines are accurate to about this much.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
-
-/// The epoch tick at which a guest first yields (counted from its call's
-/// start; the sandbox resumes that yield within the same poll, so the next
-/// tick is the one that hands the thread back: 10-15 ms in). A call that a
-/// busy machine stretches past 5 ms then still finishes in one poll, rather
-/// than letting the callers queued behind it start more instances, each in
-/// a pool slot of its own that keeps the pages it touched: after the
-/// bench's burst of 64 callers, VmRSS 43.6-49.5 MiB against 43.9-59.0 with
-/// the first yield at the first tick (BENCHMARKS.md).
-pub const FIRST_YIELD_TICK: u64 = 2;
-
-/// Instances that may be alive at once (pool slots, and the concurrency cap).
-pub const MAX_LIVE_INSTANCES: u32 = 128;
-
-/// Largest linear memory any guest may have; per-contributor limits sit below it.
-pub const MAX_MEMORY_BYTES: usize = 512 << 20;
-
-/// Largest table any guest may have (pool slot size); per-contributor limits
-/// sit at or below it, so the limiter, not the pool, names an overrun.
-pub const MAX_TABLE_ELEMENTS: usize = 20_000;
-
-/// Core instances one component may create (a componentize-py guest
-/// creates 14, JS 3, Rust 3, C 2); a bigger component fails to load.
-pub const MAX_CORE_INSTANCES: usize = 32;
-
-/// Linear memories one component may define, in all its core modules; a
-/// bigger component fails to load, naming this limit. Every guest seen
-/// (Rust, C, JS, Python) defines one: its core modules share it.
-pub const MAX_MEMORIES: usize = 2;
-
-/// Tables one component may define, in all its core modules (the
-/// component-model shims add a few to the guest's own).
-pub const MAX_TABLES: usize = 16;
-
-/// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
-/// an engine setting, so it is the same for every contributor.
-pub const MAX_WASM_STACK: usize = 512 << 10;
 
 /// Bytes of each freed linear memory and table kept resident and reset in
 /// place, when the kernel can tell which pages were written: at most this much
@@ -168,6 +160,37 @@ pub fn resets_in_place() -> bool {
     PoolingAllocationConfig::is_pagemap_scan_available()
 }
 
+/// The layout of the artifact cache's entries; part of the engine tag, so
+/// a new layout orphans the old artifacts instead of misreading them.
+const CACHE_LAYOUT: &str = "v3";
+
+/// The engine's part of a cache entry's name: this crate's version, the
+/// cache layout, and wasmtime's compatibility hash of the engine
+/// configuration, through SHA-256 (std's `DefaultHasher` may change with the
+/// toolchain, which would silently orphan every artifact). The compile
+/// helper checks its engine against it, the cache files artifacts under it.
+pub(crate) fn engine_tag(engine: &Engine) -> String {
+    let mut hasher = StableHasher(Sha256::new());
+    env!("CARGO_PKG_VERSION").hash(&mut hasher);
+    CACHE_LAYOUT.hash(&mut hasher);
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hex(&hasher.0.finalize()[..8])
+}
+
+/// Feeds what a [`Hash`] implementation writes into SHA-256.
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Unused: the tag is read from the whole digest.
+    fn finish(&self) -> u64 {
+        0
+    }
+}
+
 /// [`crate::epoch::start_ticking`], failing the engine's construction when
 /// the ticker cannot start: nothing would stop a guest that spins.
 fn start_ticking(engine: &Engine) -> Result<(), wasmtime::Error> {
@@ -176,10 +199,4 @@ fn start_ticking(engine: &Engine) -> Result<(), wasmtime::Error> {
             "cannot start the epoch ticker, which bounds every guest's time: {err}"
         )
     })
-}
-
-/// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.
-pub fn deadline_ticks(deadline: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_nanos();
-    (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
 }

@@ -18,7 +18,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::input::escape_controls;
-use crate::key::is_managed_name;
+use crate::keys::is_managed_name;
 use crate::overlay::Overlay;
 
 /// Settings that keep model-driven shells plain: no colour, no pager.

@@ -11,10 +11,28 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, LazyLock, Mutex};
+use std::time::Duration;
 
 use wasmtime::{Engine, EngineWeak};
 
-use crate::engine::EPOCH_TICK;
+/// How often the epoch advances; deadlines are accurate to about this much.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The epoch tick at which a guest first yields (counted from its call's
+/// start; the sandbox resumes that yield within the same poll, so the next
+/// tick is the one that hands the thread back: 10-15 ms in). A call that a
+/// busy machine stretches past 5 ms then still finishes in one poll, rather
+/// than letting the callers queued behind it start more instances, each in
+/// a pool slot of its own that keeps the pages it touched: after the
+/// bench's burst of 64 callers, VmRSS 43.6-49.5 MiB against 43.9-59.0 with
+/// the first yield at the first tick (BENCHMARKS.md).
+pub const FIRST_YIELD_TICK: u64 = 2;
+
+/// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.
+pub fn deadline_ticks(deadline: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_nanos();
+    (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+}
 
 /// Ticks with no guest running after which the ticker parks: long enough
 /// that back-to-back calls never wait for it to wake.

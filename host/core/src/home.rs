@@ -71,7 +71,7 @@ impl HomeContext {
     /// Reads `$DSH_HOME`, `$HOME` and the current directory of this process.
     pub fn from_process() -> Self {
         HomeContext {
-            dsh_home_var: std::env::var(crate::key::DSH_HOME).ok(),
+            dsh_home_var: std::env::var(crate::keys::DSH_HOME).ok(),
             user_home: std::env::var_os("HOME")
                 .filter(|h| !h.is_empty())
                 .map(PathBuf::from),

@@ -2,9 +2,9 @@
 //! AI coding agent runs, built from sandboxed WebAssembly contributors.
 //!
 //! The path of one execution: [`Registry::collect`] runs every registered
-//! contributor in a fresh sandboxed instance ([`sandbox`]), checks its output
-//! against its [`declaration`], and returns one immutable [`Overlay`];
-//! [`environment::child_environment`] then builds a child's environment from
+//! contributor in a fresh sandboxed instance, checks its output against its
+//! [`Declaration`], and returns one immutable [`Overlay`];
+//! [`child_environment`] then builds a child's environment from
 //! the inherited one, the caller's env and that overlay.
 //!
 //! The harness around it (executor, bash tool, sessions, hooks, agent loop)
@@ -12,54 +12,105 @@
 
 #![deny(missing_docs)]
 
-pub mod atomic_file;
-pub mod cache;
-pub mod compile;
-pub mod culprit;
-pub mod declaration;
-pub mod engine;
-pub mod environment;
-mod epoch;
-pub mod execution;
-mod guest_output;
-pub mod home;
-pub mod input;
-pub mod key;
-pub mod limits;
-pub mod manifest;
-pub mod overlay;
-pub mod registry;
-pub mod runtime;
-pub mod sandbox;
-pub mod signature;
-pub mod spec;
-pub mod store;
+// The modules are private and listed bottom to top: each imports only from
+// those above it in this list. The public API is the flat re-export below.
 
-pub use cache::ArtifactCache;
+// Support: no wasmtime, no rules of their own.
+mod atomic_file;
+mod digest;
+mod input;
+mod keys;
+// Rules without wasmtime.
+mod declaration;
+mod environment;
+mod execution;
+mod guest_output;
+mod home;
+mod limits;
+mod overlay;
+mod signature;
+// Configuration.
+mod manifest;
+mod spec;
+mod store;
+// The engine.
+mod engine;
+mod epoch;
+// Artifacts.
+mod cache;
+mod compile;
+mod load_error;
+// Instances and calls.
+mod runtime;
+mod sandbox;
+// Registration and collection.
+mod culprit;
+mod registry;
+
+pub use cache::{ArtifactCache, CacheError, CachedEntry, Eviction};
 pub use compile::CompileProgress;
 pub use culprit::Culprit;
 pub use declaration::{
-    Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration,
+    Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
-pub use engine::Tiering;
-pub use environment::{EnvError, ScrubPolicy, ScrubReason, child_environment};
-pub use execution::{Agent, Mode, ToolExecution};
+pub use engine::{Allocator, RuntimeError, Tiering};
+pub use environment::{
+    CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
+    ScrubPolicy, ScrubReason, child_environment, scrub_reason,
+};
+pub use execution::{Agent, ExecutionJsonError, Mode, ToolExecution};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
-pub use key::{DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
-pub use limits::{HostLimits, Limits};
-pub use manifest::{Manifest, ManifestError};
+pub use input::{FileError, ReadProblem};
+pub use keys::{BUILTIN_OWNER, DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
+pub use limits::{HostLimits, Limits, Phase};
+pub use load_error::{LoadError, LoadErrorKind};
+pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
-    BUILTIN_OWNER, Collection, ContributorError, ContributorListing, FailureCause, KeyListing,
-    NativeContributor, Registration, Registry, RegistryError,
+    Collection, ContributorError, ContributorListing, FailureCause, KeyListing, NativeContributor,
+    Registration, Registry, RegistryError,
 };
-pub use runtime::{Allocator, Runtime, RuntimeError};
+pub use runtime::Runtime;
 pub use sandbox::{
-    CodeTier, ContractVersion, ContributorComponent, GuestFailure, LoadError, Phase,
-    supported_contracts,
+    CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
-    ContributorEntry, ContributorSource, ContributorSpec, Grants, HostEnv, OnError, SpecError,
+    ContributorEntry, ContributorSource, ContributorSpec, CwdGrant, Grants, GrantsEntry, HostEnv,
+    LimitsEntry, OnError, SpecError,
 };
-pub use store::{OciReference, ReferenceError, Store, StoreError, StoreProblem, StoredArtifact};
+pub use store::{
+    Keep, ManifestProblem, OciReference, ReferenceError, Store, StoreError, StoreProblem,
+    StoredArtifact, Sweep, SweptBlob,
+};
+
+/// What the sibling crates (harness, CLI, Node addon, OCI client, tests)
+/// share with this one but users should not build on: input helpers, the
+/// engine's ceilings, the store's wire format. No stability promise.
+#[doc(hidden)]
+pub mod __internal {
+    /// Whole-file writes, synced before the rename.
+    pub mod atomic_file {
+        pub use crate::atomic_file::write;
+    }
+    pub use crate::cache::DEFAULT_MAX_BYTES;
+    pub use crate::compile::helper_main;
+    pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};
+    pub use crate::engine::resets_in_place;
+    pub use crate::epoch::EPOCH_TICK;
+    pub use crate::execution::KNOWN_FIELDS;
+    pub use crate::input::{
+        MAX_COMPONENT_BYTES, MAX_EXECUTION_BYTES, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES,
+        MAX_SESSION_BYTES, escape_controls, hidden_from_review, is_executable, read_capped,
+        read_regular_file, read_regular_text, utf8,
+    };
+    pub use crate::limits::{MAX_LIVE_INSTANCES, MAX_MEMORIES};
+    pub use crate::sandbox::{MAX_OPENING_THREADS, MAX_PREPARED, not_a_component_reason};
+    pub use crate::signature::read_signature;
+    pub use crate::spec::default_signature_path;
+    pub use crate::store::{
+        MAX_LAYER_BYTES, MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, OCI_SCHEME,
+        SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest,
+        is_loopback_host,
+    };
+}

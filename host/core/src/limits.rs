@@ -1,9 +1,55 @@
-//! Per-contributor resource limits, with defaults that fit real guests
-//! (JS and Python contributors need tens of MiB and about a millisecond).
+//! Resource limits: the engine's ceilings, which no contributor's limits
+//! may pass, per-contributor limits with defaults that fit real guests (JS
+//! and Python contributors need tens of MiB and about a millisecond), and
+//! the host-wide budgets.
 
+use std::fmt;
 use std::time::Duration;
 
-use crate::sandbox::Phase;
+/// Instances that may be alive at once (pool slots, and the concurrency cap).
+pub const MAX_LIVE_INSTANCES: u32 = 128;
+
+/// Largest linear memory any guest may have; per-contributor limits sit below it.
+pub const MAX_MEMORY_BYTES: usize = 512 << 20;
+
+/// Largest table any guest may have (pool slot size); per-contributor limits
+/// sit at or below it, so the limiter, not the pool, names an overrun.
+pub const MAX_TABLE_ELEMENTS: usize = 20_000;
+
+/// Core instances one component may create (a componentize-py guest
+/// creates 14, JS 3, Rust 3, C 2); a bigger component fails to load.
+pub const MAX_CORE_INSTANCES: usize = 32;
+
+/// Linear memories one component may define, in all its core modules; a
+/// bigger component fails to load, naming this limit. Every guest seen
+/// (Rust, C, JS, Python) defines one: its core modules share it.
+pub const MAX_MEMORIES: usize = 2;
+
+/// Tables one component may define, in all its core modules (the
+/// component-model shims add a few to the guest's own).
+pub const MAX_TABLES: usize = 16;
+
+/// Wasm stack per call; deeper recursion ends as a stack-overflow trap. It is
+/// an engine setting, so it is the same for every contributor.
+pub const MAX_WASM_STACK: usize = 512 << 10;
+
+/// Which call of a contributor failed, or which one a limit applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `declare`, at registration.
+    Declare,
+    /// `resolve`, for one execution.
+    Resolve,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Declare => "declare",
+            Phase::Resolve => "resolve",
+        })
+    }
+}
 
 /// Caps applied to one contributor's `declare` and each `resolve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,7 +61,7 @@ pub struct Limits {
     /// plus [`TABLE_ELEMENT_BYTES`] per table element.
     pub memory_bytes: usize,
     /// Table elements one instance may hold across all its tables (each
-    /// table at most [`crate::engine::MAX_TABLE_ELEMENTS`], the pool's slot size).
+    /// table at most [`MAX_TABLE_ELEMENTS`], the pool's slot size).
     pub table_elements: usize,
     /// Keys one declaration may hold.
     pub max_keys: usize,
@@ -49,7 +95,7 @@ impl Default for Limits {
         Limits {
             deadline: Duration::from_secs(2),
             memory_bytes: 128 << 20,
-            table_elements: crate::engine::MAX_TABLE_ELEMENTS,
+            table_elements: MAX_TABLE_ELEMENTS,
             max_keys: 256,
             max_pairs: 256,
             max_value_bytes: 8 << 10,
@@ -149,16 +195,15 @@ pub(crate) fn bounded(message: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Limits, bounded};
-    use crate::engine;
+    use super::{Limits, MAX_MEMORY_BYTES, MAX_TABLE_ELEMENTS, bounded};
 
     #[test]
     fn default_caps_fit_inside_the_pool() {
         // Above the pool's slot size the pool, not the limiter, would refuse
         // the growth, and the error would not name the limit.
         let limits = Limits::default();
-        assert!(limits.table_elements <= engine::MAX_TABLE_ELEMENTS);
-        assert!(limits.memory_bytes <= engine::MAX_MEMORY_BYTES);
+        assert!(limits.table_elements <= MAX_TABLE_ELEMENTS);
+        assert!(limits.memory_bytes <= MAX_MEMORY_BYTES);
     }
 
     #[test]

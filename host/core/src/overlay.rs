@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::key::DshKey;
+use crate::keys::DshKey;
 
 /// The managed `DSH_*` variables for one execution: sorted by key, and never
 /// changed once built, so it can be shared and spawned from freely.

@@ -7,30 +7,29 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::cache::{ArtifactCache, sha256_hex};
+use crate::cache::ArtifactCache;
 use crate::compile::{CompileProgress, Compiler};
 use crate::declaration::{
     Declaration, DeclarationError, DeclarationProblem, OutputProblem, RawDeclaration, check_value,
 };
+use crate::digest;
+use crate::engine::RuntimeError;
 use crate::engine::Tiering;
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
-use crate::key::{DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
-use crate::limits::Limits;
+use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
+use crate::limits::{Limits, Phase};
+use crate::load_error::{LoadError, LoadErrorKind};
 use crate::manifest::{Manifest, ManifestError};
 use crate::overlay::Overlay;
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::Runtime;
 use crate::sandbox::{
-    Call, ContributorComponent, GuestFailure, LoadError, Opening, Phase, Preparation, Prepared,
-    Source,
+    Call, ContributorComponent, GuestFailure, Opening, Preparation, Prepared, Source,
 };
 use crate::signature::{SignatureError, Signer, Trust, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, HostEnv, OnError};
 use crate::store::{SIGNATURE_ANNOTATION, Store, StoredArtifact};
-
-/// The owner shown for dsh-env's built-in keys.
-pub const BUILTIN_OWNER: &str = "dsh-env";
 
 /// A trusted, in-process contributor: harness facts, or a benchmark baseline.
 pub trait NativeContributor: Send + Sync + 'static {
@@ -140,14 +139,10 @@ pub enum RegistryError {
 
 /// Refuses `bytes` unless their SHA-256 is `pin` (lowercase hex).
 fn check_pin(origin: &str, bytes: &[u8], pin: &str) -> Result<(), RegistryError> {
-    let actual = sha256_hex(bytes);
-    if actual == pin {
-        return Ok(());
-    }
-    Err(RegistryError::Changed {
+    digest::verify(bytes, pin).map_err(|mismatch| RegistryError::Changed {
         origin: origin.to_string(),
         pinned: pin.to_string(),
-        actual,
+        actual: mismatch.actual,
     })
 }
 
@@ -544,11 +539,8 @@ impl Registry {
                 (self.load_file_with(path, &spec.limits)?, signer)
             }
             ContributorSource::File(path) => {
-                let bytes =
-                    read_regular_file(path, MAX_COMPONENT_BYTES).map_err(|e| LoadError {
-                        origin: origin.clone(),
-                        reason: e.problem.to_string(),
-                    })?;
+                let bytes = read_regular_file(path, MAX_COMPONENT_BYTES)
+                    .map_err(|e| LoadError::new(&origin, LoadErrorKind::Read(e.problem.into())))?;
                 let signer = checked(&bytes)?;
                 (self.load_bytes_with(&origin, &bytes, &spec.limits)?, signer)
             }
@@ -563,10 +555,7 @@ impl Registry {
                     Some(pulled) => std::borrow::Cow::Borrowed(pulled),
                     None => std::borrow::Cow::Owned(
                         (Store::in_home(&self.inner.home).load(reference)).map_err(|e| {
-                            LoadError {
-                                origin: origin.clone(),
-                                reason: e.problem.to_string(),
-                            }
+                            LoadError::new(&origin, LoadErrorKind::Store(e.problem.into()))
                         })?,
                     ),
                 };
@@ -778,14 +767,9 @@ impl Registry {
             owner: BUILTIN_OWNER.into(),
             description: description.into(),
         };
-        let mut rows = vec![
-            builtin(DSH_HOME, "The harness home directory (absolute)."),
-            builtin(DSH_SHELL, "Always 1: this shell was started by dsh-env."),
-            builtin(
-                DSH_SESSION_ID,
-                "The calling agent's session id; absent for a call with no agent.",
-            ),
-        ];
+        let mut rows: Vec<KeyListing> = (BUILTIN_KEYS.iter())
+            .map(|(key, description)| builtin(key, description))
+            .collect();
         for entry in self.inner.snapshot().values() {
             rows.extend(
                 entry

@@ -6,32 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::engine::{Allocator, RuntimeError};
 use crate::limits::HostLimits;
 use crate::sandbox::Sandbox;
-
-/// How the engine allocates guest instances.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Allocator {
-    /// From the pre-reserved pool: fast, and bounded by its slots.
-    Pooling,
-    /// On demand, because the pool could not be reserved (`reason` says
-    /// why, e.g. a low `ulimit -v`). Calls still work, about twice as slow.
-    OnDemand {
-        /// Why the pool could not be set up.
-        reason: String,
-    },
-}
-
-/// Why a runtime could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    /// The WebAssembly engine or its linker could not be set up.
-    #[error("cannot set up the WebAssembly engine: {0}")]
-    Engine(String),
-    /// The threads that run guests' file I/O could not be started.
-    #[error("cannot start the guest I/O threads: {0}")]
-    Threads(#[source] std::io::Error),
-}
 
 /// One engine, its pool and epoch thread, and the host-wide budgets, shared
 /// by any number of registries. Cheap to clone.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::cache::sha256_hex;
+use crate::digest::sha256_hex;
 use crate::input::escape_controls;
 use crate::limits::Limits;
 use crate::store::{OciReference, ReferenceError};
@@ -298,7 +298,7 @@ const MAX_COMPILE_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The most `max_keys`, `max_pairs` and `max_handles` may be: past a
 /// million, a count bounds nothing. (The byte caps go up to the largest
-/// guest memory, `engine::MAX_MEMORY_BYTES`: a guest cannot give more.)
+/// guest memory, `limits::MAX_MEMORY_BYTES`: a guest cannot give more.)
 const MAX_COUNT: usize = 1 << 20;
 
 impl ContributorEntry {
@@ -447,7 +447,7 @@ impl LimitsEntry {
         }
         limits.fuel = self.fuel.or(limits.fuel);
         if let Some(mib) = self.memory_mib {
-            let max = crate::engine::MAX_MEMORY_BYTES >> 20;
+            let max = crate::limits::MAX_MEMORY_BYTES >> 20;
             if mib == 0 || mib > max {
                 return Err(SpecError::Limit {
                     field: "memory_mib",
@@ -456,7 +456,7 @@ impl LimitsEntry {
             }
             limits.memory_bytes = mib << 20;
         }
-        let max_bytes = crate::engine::MAX_MEMORY_BYTES;
+        let max_bytes = crate::limits::MAX_MEMORY_BYTES;
         let caps = [
             (self.max_keys, "max_keys", MAX_COUNT, &mut limits.max_keys),
             (

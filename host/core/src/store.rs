@@ -16,7 +16,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::cache::sha256_hex;
+use crate::digest::{self, is_sha256_hex, sha256_hex};
 use crate::home::DshHome;
 use crate::input::{
     FileError, MAX_COMPONENT_BYTES, ReadProblem, escape_controls, read_regular_file,
@@ -273,14 +273,6 @@ fn is_tag(text: &str) -> bool {
     bytes.first().is_some_and(word)
         && text.len() <= MAX_TAG_CHARS
         && bytes.iter().all(|b| word(b) || matches!(b, b'.' | b'-'))
-}
-
-/// 64 lowercase hexadecimal digits.
-pub fn is_sha256_hex(text: &str) -> bool {
-    text.len() == 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What an image manifest says about the Wasm component it ships.
@@ -620,7 +612,7 @@ impl Store {
     /// The stored blob `hex`, if it is whole and the manifest of a Wasm artifact.
     fn stored_manifest(&self, hex: &str) -> Option<WasmManifest> {
         let bytes = read_regular_file(&self.blob_path(hex), MAX_OCI_MANIFEST_BYTES).ok()?;
-        (sha256_hex(&bytes) == hex)
+        (digest::verify(&bytes, hex).is_ok())
             .then(|| WasmManifest::parse(&bytes).ok())
             .flatten()
     }
@@ -675,14 +667,11 @@ impl Store {
             }
             _ => StoreProblem::Read { what, source },
         })?;
-        let actual = sha256_hex(&bytes);
-        if actual != hex {
-            return Err(StoreProblem::Corrupt {
-                what,
-                expected: hex.to_string(),
-                actual,
-            });
-        }
+        digest::verify(&bytes, hex).map_err(|mismatch| StoreProblem::Corrupt {
+            what,
+            expected: hex.to_string(),
+            actual: mismatch.actual,
+        })?;
         Ok(bytes)
     }
 }

@@ -14,7 +14,7 @@ use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, Sh
 use crate::hooks::{HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
 use crate::session::{Event, Session, SessionError, SessionStore};
 use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
-use dsh_env::execution::{Mode, ToolExecution};
+use dsh_env::{Mode, ToolExecution};
 
 /// The name hooks see for the bash tool, as in Claude Code and Codex.
 pub const HOOK_TOOL_NAME: &str = "Bash";

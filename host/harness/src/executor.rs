@@ -1,5 +1,5 @@
 //! The local executor: spawns a shell command with exactly the promised
-//! environment ([`dsh_env::environment::child_environment`]), and never
+//! environment ([`dsh_env::child_environment`]), and never
 //! touches the process-global one.
 
 use std::collections::BTreeMap;
@@ -10,9 +10,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dsh_env::__internal::is_executable;
 use dsh_env::Overlay;
-use dsh_env::environment::{EnvError, EnvironmentPolicy, child_environment};
-use dsh_env::input::is_executable;
+use dsh_env::{EnvError, EnvironmentPolicy, child_environment};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;

@@ -49,9 +49,9 @@ use crate::executor::{
     LocalExecutor, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
 };
 use crate::session::Session;
-use dsh_env::execution::ToolExecution;
-use dsh_env::input::escape_controls;
-use dsh_env::registry::Registry;
+use dsh_env::__internal::escape_controls;
+use dsh_env::Registry;
+use dsh_env::ToolExecution;
 
 /// Whose payload shape to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,11 +383,12 @@ impl Hooks {
         registry: Registry,
     ) -> Result<Self, HooksError> {
         // The model can run commands: the file may have become a FIFO.
-        let text = dsh_env::input::read_regular_text(path, dsh_env::input::MAX_HOOKS_BYTES)
-            .map_err(|e| HooksError {
-                path: path.display().to_string(),
-                message: e.problem.to_string(),
-            })?;
+        let text =
+            dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_HOOKS_BYTES)
+                .map_err(|e| HooksError {
+                    path: path.display().to_string(),
+                    message: e.problem.to_string(),
+                })?;
         Self::parse(&text, &path.display().to_string(), dialect, registry)
     }
 

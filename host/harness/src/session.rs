@@ -6,7 +6,7 @@
 //!
 //! One file per session, `<root>/<id>.jsonl`: the header line
 //! (`{"type":"session","id":...}`), then one event per line. It is written at
-//! turn-end checkpoints ([`dsh_env::atomic_file::write`]: a temporary file,
+//! turn-end checkpoints ([`dsh_env::__internal::atomic_file::write`]: a temporary file,
 //! synced, then renamed), so the file may not exist during the first turn
 //! and a crash never leaves a file that fails to load.
 //!
@@ -22,8 +22,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use dsh_env::execution::Agent;
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
+use dsh_env::Agent;
 
 /// How a session came from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +206,7 @@ pub enum SessionError {
         /// The file.
         path: String,
         /// What is wrong.
-        problem: dsh_env::input::ReadProblem,
+        problem: dsh_env::ReadProblem,
     },
     /// The file's header is missing or malformed.
     #[error("session file {path}: line {line}: {message}")]
@@ -254,7 +254,7 @@ impl SessionStore {
             text.push_str(&line(event));
         }
         std::fs::create_dir_all(&self.root).map_err(io)?;
-        dsh_env::atomic_file::write(&path, text).map_err(io)?;
+        dsh_env::__internal::atomic_file::write(&path, text).map_err(io)?;
         Ok(path)
     }
 
@@ -269,12 +269,11 @@ fn load_file(path: &Path, id: &str) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
     // The model can run commands under the home: a session file may have
     // become a FIFO, or grown without end.
-    let text = dsh_env::input::read_regular_text(path, dsh_env::input::MAX_SESSION_BYTES).map_err(
-        |e| SessionError::Read {
+    let text = dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_SESSION_BYTES)
+        .map_err(|e| SessionError::Read {
             path: shown.clone(),
             problem: e.problem,
-        },
-    )?;
+        })?;
     let malformed = |line: usize, message: String| SessionError::Malformed {
         path: shown.clone(),
         line,

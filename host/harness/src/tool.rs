@@ -11,9 +11,9 @@ use serde::Deserialize;
 // Re-exported here, where the bash tool first made it generic.
 pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
-use dsh_env::execution::{Mode, ToolExecution};
-use dsh_env::input::escape_controls;
-use dsh_env::registry::{ContributorError, Registry};
+use dsh_env::__internal::escape_controls;
+use dsh_env::{ContributorError, Registry};
+use dsh_env::{Mode, ToolExecution};
 
 /// The tool's name.
 pub const BASH_TOOL_NAME: &str = "bash";

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use dsh_env::environment::EnvironmentPolicy;
-use dsh_env::input::escape_controls;
-use dsh_env::manifest::{EnvironmentEntry, TrustEntry};
+use dsh_env::__internal::escape_controls;
+use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, Manifest, RegistryError, Runtime, ToolExecution,
 };
+use dsh_env::{EnvironmentEntry, TrustEntry};
 use dsh_env_harness::{
     ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
 };

@@ -11,7 +11,7 @@
 //! The distribution protocol is spoken here, over one `reqwest` client, so
 //! that every byte a registry sends is read under a cap: the manifest under
 //! [`MAX_OCI_MANIFEST_BYTES`], a blob under the size its manifest declares
-//! (checked against [`dsh_env::store::MAX_LAYER_BYTES`] before anything is
+//! (checked against [`dsh_env::__internal::MAX_LAYER_BYTES`] before anything is
 //! downloaded), a token endpoint's answer under [`MAX_TOKEN_BYTES`], and an
 //! error answer only up to [`MAX_ERROR_BODY_BYTES`], of which a short,
 //! escaped excerpt is quoted. Every digest is computed here (a registry can
@@ -32,12 +32,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use dsh_env::cache::sha256_hex;
-use dsh_env::input::escape_controls;
-use dsh_env::store::{
-    MAX_OCI_MANIFEST_BYTES, ManifestProblem, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION,
-    StoreProblem, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
+use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{
+    MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
 };
+use dsh_env::__internal::{sha256_hex, verify_sha256};
+use dsh_env::{ManifestProblem, StoreProblem};
 use dsh_env::{OciReference, Store, StoredArtifact};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
@@ -570,16 +571,19 @@ impl Registry {
             .and_then(|digest| digest.strip_prefix("sha256:"))
             .map(str::to_string);
         let bytes = read_capped(response, "manifest", MAX_OCI_MANIFEST_BYTES).await?;
-        let actual = sha256_hex(&bytes);
-        if let Some(expected) = reference.digest_hex().map(str::to_string).or(claimed)
-            && expected != actual
-        {
-            return Err(OciProblem::DigestMismatch {
-                what: "manifest",
-                expected: escape_controls(&expected).into_owned(),
-                actual,
-            });
-        }
+        let actual = match reference.digest_hex().map(str::to_string).or(claimed) {
+            Some(expected) => {
+                verify_sha256(&bytes, &expected).map_err(|mismatch| {
+                    OciProblem::DigestMismatch {
+                        what: "manifest",
+                        expected: escape_controls(&expected).into_owned(),
+                        actual: mismatch.actual,
+                    }
+                })?;
+                expected
+            }
+            None => sha256_hex(&bytes),
+        };
         Ok((bytes, actual))
     }
 
@@ -598,14 +602,11 @@ impl Registry {
                 actual: bytes.len() as u64,
             });
         }
-        let actual = sha256_hex(&bytes);
-        if actual != hex {
-            return Err(OciProblem::DigestMismatch {
-                what,
-                expected: hex.to_string(),
-                actual,
-            });
-        }
+        verify_sha256(&bytes, hex).map_err(|mismatch| OciProblem::DigestMismatch {
+            what,
+            expected: hex.to_string(),
+            actual: mismatch.actual,
+        })?;
         Ok(bytes)
     }
 

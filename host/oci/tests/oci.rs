@@ -2,7 +2,8 @@
 //! per test on 127.0.0.1), with real components; and against a hostile one
 //! (a server the test starts on 127.0.0.1 that floods, stalls and redirects).
 
-use dsh_env::store::{ManifestProblem, OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
+use dsh_env::__internal::{OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
+use dsh_env::ManifestProblem;
 use dsh_env::{OciReference, Store};
 use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE};
 use std::time::Duration;
@@ -109,7 +110,7 @@ async fn a_blob_tampered_in_the_registry_is_refused_and_nothing_is_written() {
         .unwrap();
     // Same size, one byte flipped: the registry still serves it under the
     // original digest (and Docker-Content-Digest header).
-    let layer = registry.blob_file(&dsh_env::cache::sha256_hex(&wasm));
+    let layer = registry.blob_file(&dsh_env::__internal::sha256_hex(&wasm));
     let mut bytes = std::fs::read(&layer).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
@@ -177,7 +178,7 @@ async fn push_image(
     let descriptor = |media_type: &str, blob: &[u8], size: u64| {
         serde_json::json!({
             "mediaType": media_type,
-            "digest": format!("sha256:{}", dsh_env::cache::sha256_hex(blob)),
+            "digest": format!("sha256:{}", dsh_env::__internal::sha256_hex(blob)),
             "size": size,
         })
     };

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use dsh_env::ContributorComponent;
 use dsh_env::Grants;
-use dsh_env::manifest::Manifest;
-use dsh_env::sandbox::ContributorComponent;
+use dsh_env::Manifest;
 use dsh_env::{Agent, Overlay, Registration, Registry, ToolExecution};
 use dsh_env_tests::{artifacts, echo, puppet, registry};
 

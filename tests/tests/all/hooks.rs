@@ -580,7 +580,7 @@ fn pathological_matchers_and_timeouts_are_refused() {
     let huge = parse(json!({"hooks": {"PreToolUse": [group(r"(\w{100}){100}")]}})).unwrap();
     assert!(
         huge.contains(
-            r"PreToolUse: matcher `(\\w{100}){100}` compiles past the limit of 262144 bytes"
+            r"PreToolUse: matcher `(\w{100}){100}` compiles past the limit of 262144 bytes"
         ),
         "{huge}"
     );
@@ -612,8 +612,9 @@ fn pathological_matchers_and_timeouts_are_refused() {
 
 /// A hook that prints without end is cut at 64 KiB a stream and killed at
 /// its timeout; more matching hooks than may run at once wait their turn:
-/// 17 hooks that each wait until 17 have started never all meet, so the
-/// first 16 time out and the 17th, started after them, sees all 17.
+/// 17 hooks that each wait until 17 have started cannot all meet, so the
+/// 17th starts only once one of the first 16 has timed out, and then sees
+/// all 17 (as may those of the first 16 that started late enough).
 #[tokio::test]
 async fn a_flooding_hook_is_cut_and_at_most_16_hooks_run_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -642,7 +643,10 @@ async fn a_flooding_hook_is_cut_and_at_most_16_hooks_run_at_once() {
         json!({"hooks": {"PreToolUse": [{"hooks": (0..17).map(waiter).collect::<Vec<_>>()}]}});
     let (record, _) = turn(d, HookDialect::ClaudeCode, &hooks, "echo ran").await;
     let timed_out: Vec<bool> = record.hooks.iter().map(|run| run.timed_out).collect();
-    let mut expected = vec![true; 16];
-    expected.push(false);
-    assert_eq!(timed_out, expected, "{:#?}", record.hooks);
+    assert_eq!(timed_out.len(), 17);
+    assert!(
+        timed_out[..16].contains(&true) && !timed_out[16],
+        "one of the first 16 waits out its timeout, the 17th sees all 17: {:#?}",
+        record.hooks
+    );
 }

@@ -170,7 +170,7 @@ async fn a_call_shorter_than_two_ticks_never_yields() {
     tokio::task::yield_now().await;
     // Ticks come at least 5 ms apart, so a call shorter than two of them
     // meets at most two.
-    let two_ticks = dsh_env::engine::EPOCH_TICK * 2;
+    let two_ticks = dsh_env::__internal::EPOCH_TICK * 2;
     let (mut short, mut yielded) = (0, Vec::new());
     for call in 0..100 {
         let before = polls.load(Relaxed);
@@ -826,11 +826,12 @@ async fn a_component_with_many_memories_is_refused_at_load() {
     let err = registry
         .load_bytes("sixteen-hogs", &with_hogs(1, 16))
         .unwrap_err();
+    let reason = err.kind.to_string();
     assert!(
-        err.reason.contains("17 Wasm linear memories")
-            && err.reason.contains(&format!(
+        reason.contains("17 Wasm linear memories")
+            && reason.contains(&format!(
                 "maximum of {} in the pooling allocator",
-                dsh_env::engine::MAX_MEMORIES
+                dsh_env::__internal::MAX_MEMORIES
             )),
         "{err}"
     );
@@ -1251,7 +1252,7 @@ fn opening_threads() -> usize {
 /// its first calls open the rest.
 #[tokio::test]
 async fn a_flood_of_registrations_starts_a_bounded_number_of_opening_threads() {
-    use dsh_env::sandbox::MAX_OPENING_THREADS;
+    use dsh_env::__internal::MAX_OPENING_THREADS;
     let registry = registry();
     // Compiled, linked and declared once, so later loads are deferred.
     let warm = registry

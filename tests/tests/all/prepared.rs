@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use dsh_env::__internal::MAX_LIVE_INSTANCES;
+use dsh_env::__internal::MAX_PREPARED;
 use dsh_env::Grants;
-use dsh_env::engine::MAX_LIVE_INSTANCES;
-use dsh_env::sandbox::MAX_PREPARED;
 use dsh_env::{
     ContributorError, FailureCause, GuestFailure, HostLimits, Limits, Registration, Registry,
 };

@@ -9,10 +9,10 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dsh_env::compile::CompileProgress;
-use dsh_env::input::escape_controls;
+use dsh_env::__internal::escape_controls;
+use dsh_env::CompileProgress;
 
-use crate::cache::size;
+use crate::output::size;
 
 /// The status line is cut to this many characters, so it never wraps on a
 /// usual terminal (clearing it clears one row only).

@@ -14,15 +14,15 @@
 //! the entries of components the writing process still holds (the one just
 //! written among them, so a cap smaller than one artifact still caches the
 //! latest, and components loaded together do not evict each other), and on
-//! demand ([`ArtifactCache::gc`],
-//! [`ArtifactCache::clear`]). Other processes may be using the same
+//! demand (`ArtifactCache::gc`,
+//! `ArtifactCache::clear`). Other processes may be using the same
 //! directory, so:
 //! - a file is only ever unlinked, and an artifact another process has mapped
 //!   stays mapped and unchanged (entries are never rewritten in place);
 //! - a process that finds a seal or artifact gone compiles again, and an
 //!   alias or declaration left naming an evicted artifact leads only there;
 //!   a seal left without its artifact, or an artifact without its seal, is
-//!   never trusted (see [`super::ArtifactCache`]);
+//!   never trusted (see `ArtifactCache`);
 //! - a write in progress (a `.partial-*` file younger than [`PARTIAL_GRACE`])
 //!   is never removed;
 //! - an entry used after the directory was listed is kept.
@@ -33,7 +33,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{ArtifactCache, is_digest};
 use crate::declaration::RawDeclaration;
 
 /// How stale a seal's mtime may be before a load moves it to now: the
@@ -108,69 +107,23 @@ struct Listed {
     evictable: bool,
 }
 
-impl ArtifactCache {
-    /// Every entry of the directory, least recently used first.
-    pub fn entries(&self) -> Result<Vec<CachedEntry>, CacheError> {
-        self.check_for_maintenance()?;
-        let mut listed = list(&self.dir).map_err(|source| self.list_error(source))?;
-        for one in &mut listed {
-            one.entry.names = declared_names(&one.paths);
-        }
-        Ok(listed.into_iter().map(|one| one.entry).collect())
+/// Every entry of `dir`, least recently used first, with the names its
+/// remembered declarations give.
+pub(super) fn entries(dir: &Path) -> std::io::Result<Vec<CachedEntry>> {
+    let mut listed = list(dir)?;
+    for one in &mut listed {
+        one.entry.names = declared_names(&one.paths);
     }
-
-    /// Removes the least recently used entries until the directory holds at
-    /// most `max_bytes` (writes in progress are left alone and count).
-    pub fn gc(&self, max_bytes: u64) -> Result<Eviction, CacheError> {
-        self.check_for_maintenance()?;
-        evict(&self.dir, max_bytes, &|_| false).map_err(|source| self.list_error(source))
-    }
-
-    /// Removes every entry (but writes in progress); processes using the
-    /// cache compile again what they load next.
-    pub fn clear(&self) -> Result<Eviction, CacheError> {
-        self.gc(0)
-    }
-
-    /// Cuts the directory back to its cap after a write, keeping the
-    /// entries of components this process holds (the one just written
-    /// among them). Failures only cost space, so they are logged.
-    pub(super) fn evict_after_write(&self) {
-        match evict(&self.dir, self.max_bytes, &|id| self.is_held(id)) {
-            Ok(eviction) if eviction.removed > 0 => tracing::info!(
-                "compile cache {} over its cap of {} bytes: removed {} least recently used \
-                 entries ({} bytes)",
-                self.dir.display(),
-                self.max_bytes,
-                eviction.removed,
-                eviction.freed_bytes
-            ),
-            Ok(_) => {}
-            Err(err) => tracing::warn!("cannot keep the compile cache within its cap: {err}"),
-        }
-    }
-
-    /// The directory, if it is one it is safe to remove files from.
-    fn check_for_maintenance(&self) -> Result<(), CacheError> {
-        self.checked()
-            .clone()
-            .map_err(|reason| CacheError::Unusable {
-                dir: self.dir.clone(),
-                reason,
-            })
-    }
-
-    fn list_error(&self, source: std::io::Error) -> CacheError {
-        CacheError::List {
-            dir: self.dir.clone(),
-            source,
-        }
-    }
+    Ok(listed.into_iter().map(|one| one.entry).collect())
 }
 
 /// Removes the least recently used entries of `dir` but those `keep` names
 /// until it holds at most `max_bytes`.
-fn evict(dir: &Path, max_bytes: u64, keep: &dyn Fn(&str) -> bool) -> std::io::Result<Eviction> {
+pub(super) fn evict(
+    dir: &Path,
+    max_bytes: u64,
+    keep: &dyn Fn(&str) -> bool,
+) -> std::io::Result<Eviction> {
     let listed = list(dir)?;
     let mut remaining: u64 = listed.iter().map(|one| one.entry.bytes).sum();
     let mut eviction = Eviction::default();
@@ -344,7 +297,12 @@ fn aliased(path: &Path) -> Option<String> {
     is_digest(&text).then_some(text)
 }
 
-/// Whether `text` is an engine tag (see [`super::engine_tag`]).
+/// Whether `text` is a SHA-256 in hex, of either case (a name the cache wrote).
+pub(super) fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether `text` is an engine tag (see [`crate::engine::engine_tag`]).
 fn is_tag(text: &str) -> bool {
     text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use sha2::{Digest, Sha256};
 
 use super::contract::Pre;
-use crate::input::escape_controls;
 use crate::limits::Limits;
+use crate::load_error::{LoadError, LoadErrorKind};
 use crate::signature::{Signer, Trust};
 use crate::spec::{Grants, OnError};
 
@@ -71,10 +71,10 @@ impl ContributorComponent {
     pub(crate) fn open(&self) -> Result<(), LoadError> {
         match self.linked.get() {
             Ok(_) => Ok(()),
-            Err(reason) => Err(LoadError {
-                origin: self.origin.clone(),
-                reason: reason.to_string(),
-            }),
+            Err(reason) => Err(LoadError::new(
+                &self.origin,
+                LoadErrorKind::Cache(reason.to_string()),
+            )),
         }
     }
 
@@ -368,20 +368,6 @@ pub(crate) enum Source<'a> {
     File(&'a std::path::Path),
     /// Bytes in memory.
     Bytes(&'a [u8]),
-}
-
-/// Why a component could not be loaded.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "cannot load contributor component {}: {}",
-    escape_controls(.origin),
-    escape_controls(.reason)
-)]
-pub struct LoadError {
-    /// The file or label.
-    pub origin: String,
-    /// What was wrong.
-    pub reason: String,
 }
 
 /// Whether `bytes` carries the component-model layer in its wasm header.

@@ -18,6 +18,7 @@ use wasmtime::{Engine, Store};
 use super::guest::GuestState;
 use crate::declaration::RawDeclaration;
 use crate::execution::{self, ToolExecution};
+use crate::load_error::LoadErrorKind;
 
 /// `dsh:env@0.1.0`, frozen.
 mod v0_1 {
@@ -136,11 +137,15 @@ impl Pre {
     pub(super) fn new(
         imports: &[String],
         instance_pre: InstancePre<GuestState>,
-    ) -> Result<Self, String> {
-        let not_contributor =
-            |e: wasmtime::Error| format!("not a dsh:env/contributor component: {e:#}");
-        let bound = match target(imports)? {
-            Some(requested) => bound_version(requested)?,
+    ) -> Result<Self, LoadErrorKind> {
+        let not_contributor = |e: wasmtime::Error| {
+            LoadErrorKind::Invalid(format!("not a dsh:env/contributor component: {e:#}"))
+        };
+        let requested = target(imports).map_err(LoadErrorKind::UnsupportedContract)?;
+        let bound = match requested {
+            Some(requested) => {
+                bound_version(requested).map_err(LoadErrorKind::UnsupportedContract)?
+            }
             None => Bound::V0_1,
         };
         match bound {

@@ -1,4 +1,4 @@
-//! How a guest call failed: the phase, and a failure a user can act on.
+//! How a guest call failed: a failure a user can act on.
 
 use std::fmt;
 use std::time::Duration;
@@ -8,24 +8,6 @@ use wasmtime::component::ResourceTableError;
 
 use crate::input::escape_controls;
 use crate::limits::{Limits, bounded};
-
-/// Which call of a contributor failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// `declare`, at registration.
-    Declare,
-    /// `resolve`, for one execution.
-    Resolve,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Declare => "declare",
-            Phase::Resolve => "resolve",
-        })
-    }
-}
 
 /// How a guest call failed inside the sandbox. Text that can come from the
 /// guest (its error message, names in a trap's backtrace) is shown escaped.

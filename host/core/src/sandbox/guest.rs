@@ -12,11 +12,11 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::files::OpenFiles;
-use crate::engine;
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 use crate::spec::Grants;
+use crate::{epoch, limits};
 
 /// Per-instance host state: an empty WASI context and the guest's config.
 pub(crate) struct GuestState {
@@ -183,21 +183,21 @@ impl ResourceLimiter for GuestLimiter {
     }
 
     fn instances(&self) -> usize {
-        engine::MAX_CORE_INSTANCES
+        limits::MAX_CORE_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        engine::MAX_TABLES
+        limits::MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        engine::MAX_MEMORIES
+        limits::MAX_MEMORIES
     }
 }
 
 /// Sets a new store's fuel budget and deadline.
 ///
-/// The guest yields at every epoch tick from [`engine::FIRST_YIELD_TICK`]
+/// The guest yields at every epoch tick from [`epoch::FIRST_YIELD_TICK`]
 /// on and traps once its deadline's ticks are spent. [`within_host_deadline`]
 /// resumes the first yield within the same poll, so a busy guest holds its
 /// worker thread until its third tick (10-15 ms), then hands it back every
@@ -221,7 +221,7 @@ pub(super) fn arm(store: &mut Store<GuestState>, limits: &Limits) {
 /// epoch names a guest that runs too long, and this stops one that waits in
 /// a host call (e.g. a WASI sleep).
 pub(super) fn host_deadline(limits: &Limits) -> std::time::Duration {
-    limits.deadline + engine::EPOCH_TICK * 2
+    limits.deadline + epoch::EPOCH_TICK * 2
 }
 
 /// `future` under [`host_deadline`], as `tokio::time::timeout` would run
@@ -238,7 +238,7 @@ pub(super) async fn within_host_deadline<F: Future>(
     future: F,
 ) -> Result<F::Output, tokio::time::error::Elapsed> {
     let deadline = tokio::time::Instant::now() + host_deadline(limits);
-    let _running = crate::epoch::guest_running();
+    let _running = epoch::guest_running();
     let mut future = std::pin::pin!(future);
     let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
     match first {
@@ -247,10 +247,10 @@ pub(super) async fn within_host_deadline<F: Future>(
     }
 }
 
-/// Starts the deadline's clock: it ends [`engine::deadline_ticks`] ticks from now.
+/// Starts the deadline's clock: it ends [`epoch::deadline_ticks`] ticks from now.
 pub(super) fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
-    let ticks = engine::deadline_ticks(limits.deadline);
-    let first = ticks.min(engine::FIRST_YIELD_TICK);
+    let ticks = epoch::deadline_ticks(limits.deadline);
+    let first = ticks.min(epoch::FIRST_YIELD_TICK);
     store.data_mut().ticks_left = ticks - first;
     store.set_epoch_deadline(first);
 }

@@ -8,14 +8,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::{ArtifactCache, Loaded, Opened, engine_tag};
+use crate::cache::{ArtifactCache, Loaded, Opened};
 use crate::compile::{Bounds, CompileError, Compiler, Urgency};
 use crate::declaration::RawDeclaration;
-use crate::engine::{self, Tiering};
+use crate::engine::{self, Allocator, RuntimeError, Tiering, engine_tag};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{HostLimits, Limits, bounded};
-use crate::runtime::{Allocator, RuntimeError};
+use crate::limits::{self, HostLimits, Limits, Phase, bounded};
+use crate::load_error::{LoadError, LoadErrorKind};
 use crate::spec::{Grants, OnError};
 
 mod component;
@@ -26,9 +26,9 @@ mod guest;
 
 pub(crate) use component::Opening;
 pub(crate) use component::Source;
-pub use component::{CodeTier, ContributorComponent, LoadError, MAX_OPENING_THREADS};
+pub use component::{CodeTier, ContributorComponent, MAX_OPENING_THREADS};
 pub use contract::{ContractVersion, supported_contracts};
-pub use failure::{GuestFailure, Phase};
+pub use failure::GuestFailure;
 
 use component::{Linked, is_component, not_a_component};
 
@@ -114,7 +114,7 @@ struct Retired {
 }
 
 /// Pool slots that instances made ahead may hold at most.
-pub const MAX_PREPARED: usize = engine::MAX_LIVE_INSTANCES as usize / 2;
+pub const MAX_PREPARED: usize = limits::MAX_LIVE_INSTANCES as usize / 2;
 
 /// Finished stores wait at most this many before a call drops them itself.
 const MAX_RETIRED: usize = 32;
@@ -158,7 +158,7 @@ impl Tier {
     /// What a call needs from `component`, compiled for this tier's engine:
     /// its imports, and a pre-instance bound to the contract version they
     /// name.
-    fn link(&self, component: &Component, tier: CodeTier) -> Result<Linked, String> {
+    fn link(&self, component: &Component, tier: CodeTier) -> Result<Linked, LoadErrorKind> {
         let imports: Arc<[String]> = component
             .component_type()
             .imports(&self.engine)
@@ -166,7 +166,7 @@ impl Tier {
             .collect();
         let instance_pre = (self.linker)
             .instantiate_pre(component)
-            .map_err(|e| format!("{e:#}"))?;
+            .map_err(|e| LoadErrorKind::Invalid(format!("{e:#}")))?;
         // The contract version is chosen here, once: calls only instantiate.
         let pre = Pre::new(&imports, instance_pre)?;
         Ok(Linked {
@@ -236,7 +236,7 @@ impl Sandbox {
             optimized,
             allocator,
             baseline: std::sync::OnceLock::new(),
-            slots: Arc::new(Semaphore::new(engine::MAX_LIVE_INSTANCES as usize)),
+            slots: Arc::new(Semaphore::new(limits::MAX_LIVE_INSTANCES as usize)),
             retired: Mutex::default(),
             budget: Arc::new(MemoryBudget::new(host_limits.memory_budget_bytes)),
             descriptors: Arc::new(DescriptorLedger::new(host_limits.guest_descriptors)),
@@ -298,10 +298,7 @@ impl Sandbox {
         limits: &Limits,
         tiering: Tiering,
     ) -> Result<ContributorComponent, LoadError> {
-        let fail = |reason: String| LoadError {
-            origin: origin.to_string(),
-            reason,
-        };
+        let fail = |kind: LoadErrorKind| LoadError::new(origin, kind);
         let bounds = Bounds::of(limits);
         let compile_for = |tier: &Tier, urgency| {
             compiling(compiler, origin, bounds, engine_tag(&tier.engine), urgency)
@@ -331,6 +328,7 @@ impl Sandbox {
                 let loaded = load_from(cache, &tier.engine, source, &bounds, compile, false);
                 let loaded = loaded.map_err(fail)?;
                 let linked = (loaded.component.open(&tier.engine))
+                    .map_err(LoadErrorKind::Cache)
                     .and_then(|component| tier.link(&component, CodeTier::Baseline))
                     .map_err(fail)?;
                 let tier_up = (tiering == Tiering::Background).then(|| {
@@ -397,7 +395,7 @@ impl Sandbox {
         cache: &ArtifactCache,
         bounds: Bounds,
         compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static,
-    ) -> Result<Opening, String> {
+    ) -> Result<Opening, LoadErrorKind> {
         match (&loaded.component, source) {
             (Opened::Later(artifact), Source::File(path)) => {
                 let (sandbox, cache) = (Arc::clone(self), cache.clone());
@@ -414,6 +412,7 @@ impl Sandbox {
             }
             (component, _) => {
                 let linked = (component.open(&self.optimized.engine))
+                    .map_err(LoadErrorKind::Cache)
                     .and_then(|component| self.optimized.link(&component, CodeTier::Optimized))?;
                 cache.mark_linked(loaded.linked.as_deref());
                 Ok(Opening::ready(linked))
@@ -479,7 +478,7 @@ impl Sandbox {
                 again.component.open(engine)?
             }
         };
-        self.optimized.link(&component, CodeTier::Optimized)
+        Ok(self.optimized.link(&component, CodeTier::Optimized)?)
     }
 
     /// Runs `declare` in a fresh instance.
@@ -865,7 +864,7 @@ fn load_from(
     bounds: &Bounds,
     compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
     defer: bool,
-) -> Result<Loaded, String> {
+) -> Result<Loaded, LoadErrorKind> {
     match source {
         Source::File(path) => cache.load_file(engine, path, bounds, compile, defer),
         Source::Bytes(bytes) => cache.load_bytes(engine, bytes, bounds, compile),
@@ -884,7 +883,7 @@ fn compiling(
     let (compiler, origin) = (Arc::clone(compiler), origin.to_string());
     move |bytes: &[u8]| {
         if !is_component(bytes) {
-            return Err(CompileError::Failed(not_a_component(bytes).to_string()));
+            return Err(CompileError::NotAComponent(not_a_component(bytes)));
         }
         compiler.compile_reported(&origin, bytes, &bounds, &tag, urgency)
     }

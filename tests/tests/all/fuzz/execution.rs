@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
+use dsh_env::__internal::KNOWN_FIELDS;
 use dsh_env::ToolExecution;
-use dsh_env::execution::KNOWN_FIELDS;
 use dsh_env_tests::rules::text_is_clean;
 
 use super::case::{CaseGuard, each_case};

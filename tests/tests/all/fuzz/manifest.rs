@@ -122,34 +122,51 @@ fn toml_integer(literal: &str) -> Option<u64> {
     }
 }
 
-/// A value for a limit field, and whether it is in range.
+/// A value for a limit field, and whether it is in range: a whole number
+/// from `deadline_ms` 1 to 3,600,000, `memory_mib` 1 to 512, `max_keys` and
+/// `max_pairs` up to 1,048,576, the `max_*_bytes` up to 512 MiB (README,
+/// "The manifest").
 fn limit_value(rng: &mut Rng, field: &str) -> (String, bool) {
-    let cap = if field == "memory_mib" { 512 } else { u64::MAX };
-    let (value, ok): (&str, bool) = *rng.pick(&[
-        ("0", field != "deadline_ms" && field != "memory_mib"),
-        ("1", true),
-        ("64", true),
-        ("512", true),
-        ("513", cap > 512),
-        ("1_000", cap > 512),
-        ("9223372036854775807", cap > 512),
-        ("18446744073709551615", false),
-        ("99999999999999999999999", false),
-        ("-1", false),
-        ("+5", true),
-        ("0x10", true),
-        ("0o7", true),
-        ("0b1", true),
-        ("1.5", false),
-        ("1e3", false),
-        ("inf", false),
-        ("nan", false),
-        ("\"5\"", false),
-        ("true", false),
-        ("[]", false),
-        ("{}", false),
-        ("1979-05-27", false),
+    let range = match field {
+        "deadline_ms" => 1..=3_600_000,
+        "memory_mib" => 1..=512,
+        "max_keys" | "max_pairs" => 0..=1 << 20,
+        _ => 0..=512 << 20,
+    };
+    let value: &str = *rng.pick(&[
+        "0",
+        "1",
+        "64",
+        "512",
+        "513",
+        "1_000",
+        "1_048_576",
+        "1_048_577",
+        "3_600_000",
+        "3_600_001",
+        "536870912",
+        "536870913",
+        "9223372036854775807",
+        "18446744073709551615",
+        "99999999999999999999999",
+        "-1",
+        "+5",
+        "0x10",
+        "0o7",
+        "0b1",
+        "1.5",
+        "1e3",
+        "inf",
+        "nan",
+        "\"5\"",
+        "true",
+        "[]",
+        "{}",
+        "1979-05-27",
     ]);
+    // Every integer literal above is one `toml_integer` reads; the rest are
+    // no integer at all.
+    let ok = toml_integer(value).is_some_and(|n| range.contains(&n));
     (value.to_string(), ok)
 }
 

@@ -1,5 +1,5 @@
-//! The `DSH_*` namespace: the one prefix, the reserved built-in keys, and the
-//! validated key type that every managed key passes through.
+//! The `DSH_*` namespace: the one prefix, dsh-env's built-in keys and their
+//! owner, and the validated key type that every managed key passes through.
 
 use std::fmt;
 
@@ -13,8 +13,22 @@ pub const DSH_SHELL: &str = "DSH_SHELL";
 /// The calling agent's session id; present when the call has an agent.
 pub const DSH_SESSION_ID: &str = "DSH_SESSION_ID";
 
+/// The owner shown for dsh-env's built-in keys; no contributor may take the name.
+pub const BUILTIN_OWNER: &str = "dsh-env";
+
+/// dsh-env's built-in keys with their descriptions: the one table that the
+/// reserved keys and the key listing are read from.
+pub(crate) const BUILTIN_KEYS: [(&str, &str); 3] = [
+    (DSH_HOME, "The harness home directory (absolute)."),
+    (DSH_SHELL, "Always 1: this shell was started by dsh-env."),
+    (
+        DSH_SESSION_ID,
+        "The calling agent's session id; absent for a call with no agent.",
+    ),
+];
+
 /// Keys that only dsh-env itself may set.
-pub const RESERVED_KEYS: [&str; 3] = [DSH_HOME, DSH_SHELL, DSH_SESSION_ID];
+pub const RESERVED_KEYS: [&str; 3] = [BUILTIN_KEYS[0].0, BUILTIN_KEYS[1].0, BUILTIN_KEYS[2].0];
 
 /// Whether an environment variable name is in the managed namespace,
 /// compared case-insensitively (so `dsh_x` is scrubbed like `DSH_X`).
