@@ -7,10 +7,13 @@
 //
 // The WIT world's exports are this module's exports. Records arrive as objects
 // with camelCase fields, enums as their case names, tuples as arrays; returning
-// a list from `resolve` means `ok`, and throwing means `err`.
+// a list of pairs from `resolve` means `ok`; throwing means `err`, with the
+// message (`checked`, from dsh-env.js, makes an Error's message the `err`
+// and names a result that is not a list of pairs).
 
 // Builds, at build time, what every call would otherwise build first.
 import './warm-bindings.js';
+import { checked } from './dsh-env.js';
 
 export function declare() {
   return {
@@ -22,9 +25,7 @@ export function declare() {
   };
 }
 
-export function resolve(execution) {
-  return [
-    ['DSH_CALL_MODE', execution.mode],
-    ['DSH_ROOT_CALL_ID', execution.rootCallId],
-  ];
-}
+export const resolve = checked((execution) => [
+  ['DSH_CALL_MODE', execution.mode],
+  ['DSH_ROOT_CALL_ID', execution.rootCallId],
+]);

@@ -73,10 +73,11 @@ const PYTHON: &[TemplateFile] = template![
 
 /// `package-lock.json` links to `contributors/call-context`'s, the lock the
 /// test suite installs; [`js_lock`] renames its root package. So does
-/// `warm-bindings.js`, which the example is built with too.
+/// `warm-bindings.js` and `dsh-env.js`, which the example is built with too.
 const JS: &[TemplateFile] = template![
     "contributor.js" => "js/contributor.js",
     "warm-bindings.js" => "js/warm-bindings.js",
+    "dsh-env.js" => "js/dsh-env.js",
     "build.mjs" => "js/build.mjs",
     "package.json" => "js/package.json",
     "Makefile" => "js/Makefile",

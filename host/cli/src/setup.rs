@@ -164,31 +164,35 @@ impl Setup {
 impl ExecutionArg {
     /// The execution named by `--execution`, or a call with no agent.
     fn load(&self) -> CliResult<ToolExecution> {
-        let Some(source) = &self.execution else {
-            return Ok(ToolExecution::new("cli", "bash"));
-        };
-        let text = if source == "-" {
-            read_capped(std::io::stdin().lock(), MAX_EXECUTION_BYTES)
-                .and_then(utf8)
-                .map_err(|e| {
-                    Failure::config(format!("cannot read the execution from stdin: {e}"))
-                })?
-        } else {
-            read_regular_text(Path::new(source), MAX_EXECUTION_BYTES)
-                .map_err(|e| Failure::config(format!("cannot read execution {e}")))?
-        };
-        let shown = escape_controls(source);
-        let (execution, unknown) = ToolExecution::from_json_noting_unknown(&text)
-            .map_err(|e| Failure::config(format!("execution {shown}: {e}")))?;
-        for field in unknown {
-            // A typo'd field would be dropped in silence: name it.
-            eprintln!(
-                "dsh-env: warning: execution {shown}: unknown field `{}` ignored",
-                escape_controls(&field)
-            );
+        match &self.execution {
+            Some(source) => read_execution(source),
+            None => Ok(ToolExecution::new("cli", "bash")),
         }
-        Ok(execution)
     }
+}
+
+/// The execution JSON in the file `source`, or stdin for `-`; an unknown
+/// field is warned about, by name.
+pub(crate) fn read_execution(source: &str) -> CliResult<ToolExecution> {
+    let text = if source == "-" {
+        read_capped(std::io::stdin().lock(), MAX_EXECUTION_BYTES)
+            .and_then(utf8)
+            .map_err(|e| Failure::config(format!("cannot read the execution from stdin: {e}")))?
+    } else {
+        read_regular_text(Path::new(source), MAX_EXECUTION_BYTES)
+            .map_err(|e| Failure::config(format!("cannot read execution {e}")))?
+    };
+    let shown = escape_controls(source);
+    let (execution, unknown) = ToolExecution::from_json_noting_unknown(&text)
+        .map_err(|e| Failure::config(format!("execution {shown}: {e}")))?;
+    for field in unknown {
+        // A typo'd field would be dropped in silence: name it.
+        eprintln!(
+            "dsh-env: warning: execution {shown}: unknown field `{}` ignored",
+            escape_controls(&field)
+        );
+    }
+    Ok(execution)
 }
 
 /// Parses `NAME=VALUE`.

@@ -680,6 +680,73 @@ fn check_reports_declaration_imports_and_every_broken_rule() {
 }
 
 #[test]
+fn check_dry_runs_resolve_and_reports_its_keys_or_its_failure() {
+    let f = Fixture::new();
+    // The sample execution: a top-level agent's call.
+    let good = f.run(&["check", AGENT_LINEAGE], &[]);
+    assert!(good.status.success(), "{}", stderr(&good));
+    let text = stdout(&good);
+    assert!(
+        text.contains("Dry run (resolve for the sample execution, no grants):\n  DSH_AGENT_DEPTH=0\n  DSH_PARENT_SESSION_ID absent\n"),
+        "{text}"
+    );
+    // An execution of the caller's: a spawned child.
+    let child = repository().join("tests/fixtures/executions/child.json");
+    let child = child.to_str().unwrap();
+    let report = f.run(
+        &["check", AGENT_LINEAGE, "--execution", child, "--json"],
+        &[],
+    );
+    assert!(report.status.success(), "{}", stderr(&report));
+    assert_eq!(
+        json(&report)["dry_run"],
+        serde_json::json!({
+            "execution": child,
+            "overlay": {"DSH_AGENT_DEPTH": "1", "DSH_PARENT_SESSION_ID": "sess-parent"},
+            "absent": [],
+        })
+    );
+    // A declaration that can be registered, and a resolve that cannot
+    // succeed: each is a problem, named.
+    let failing = [
+        ("pairs=DSH_A=a|DSH_UNDECLARED=b", "key `DSH_UNDECLARED`"),
+        ("resolve=trap:every call panics", "every call panics"),
+        ("resolve=err:no team configured", "no team configured"),
+    ];
+    for (config, reason) in failing {
+        let args = [
+            "check",
+            PUPPET,
+            "--config",
+            "keys=DSH_A=A key.",
+            "--config",
+            config,
+            "--json",
+        ];
+        let out = f.run(&args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{config}: {}", stdout(&out));
+        let report = json(&out);
+        let problems = report["problems"].as_array().unwrap();
+        assert!(
+            problems.len() == 1
+                && problems[0]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("its dry run failed: ")
+                && problems[0].as_str().unwrap().contains(reason),
+            "{config}: {problems:?}"
+        );
+        assert!(
+            report["dry_run"]["error"]
+                .as_str()
+                .unwrap()
+                .contains(reason),
+            "{report}"
+        );
+    }
+}
+
+#[test]
 fn explain_names_scrubbed_variables_but_never_their_values() {
     let f = Fixture::new();
     let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
@@ -3130,18 +3197,7 @@ fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
         "{}",
         stdout(&checked)
     );
-    let manifest = project.join("manifest.toml");
-    let execution = f.path("execution.json");
-    let resolve = [
-        "resolve",
-        "--manifest",
-        manifest.to_str().unwrap(),
-        "--home",
-        &home,
-        "--execution",
-        execution.to_str().unwrap(),
-    ];
-    let resolved = f.command(&resolve, &[]).output().unwrap();
+    let resolved = resolve_project(f, project);
     succeeded(&format!("resolve with the {lang} contributor"), &resolved);
     let line = format!("{}=bash\n", key_of(lang));
     assert!(
@@ -3201,8 +3257,74 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
         let vars = [format!("NODE_MODULES={}", modules.display())];
         let project = new_and_make(&f, "js", &vars);
         assert_checks_and_resolves(&f, "js", &project);
+        // What a JavaScript author gets wrong reaches them by name: an
+        // `Error`'s message, and a result that is not a list of pairs.
+        let failures = [
+            (
+                "(() => { throw new Error('no team configured'); })()",
+                "no team configured",
+            ),
+            (
+                "({ DSH_MY_JS_TOOL: execution.tool })",
+                "resolve returned an object, not a list of [key, value] pairs",
+            ),
+            (
+                "[[KEY, execution.tool.length]]",
+                "resolve's value for DSH_MY_JS_TOOL is a number, not a string",
+            ),
+        ];
+        for (result, message) in failures {
+            assert_resolve_fails_after_edit(
+                &f,
+                &project,
+                "[[KEY, execution.tool]]",
+                result,
+                message,
+            );
+        }
         python.join().unwrap();
     });
+}
+
+/// `dsh-env resolve` with the project's manifest and the fixture's execution.
+fn resolve_project(f: &Fixture, project: &Path) -> Output {
+    let manifest = project.join("manifest.toml");
+    let (execution, home) = (f.path("execution.json"), f.home());
+    let resolve = [
+        "resolve",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--home",
+        &home,
+        "--execution",
+        execution.to_str().unwrap(),
+    ];
+    f.command(&resolve, &[]).output().unwrap()
+}
+
+/// Replaces `from` with `to` in the project's `contributor.js`, remakes it,
+/// and checks `resolve` then fails with `message`.
+fn assert_resolve_fails_after_edit(
+    f: &Fixture,
+    project: &Path,
+    from: &str,
+    to: &str,
+    message: &str,
+) {
+    let source = project.join("contributor.js");
+    let text = std::fs::read_to_string(&source).unwrap();
+    assert!(text.contains(from), "{from} is not in {text}");
+    std::fs::write(&source, text.replacen(from, to, 1)).unwrap();
+    let made = Command::new("make")
+        .arg("-C")
+        .arg(project)
+        .output()
+        .unwrap();
+    succeeded(&format!("make after `{to}`"), &made);
+    std::fs::write(&source, text).unwrap();
+    let out = resolve_project(f, project);
+    assert!(!out.status.success(), "`{to}` resolved: {}", stdout(&out));
+    assert!(stderr(&out).contains(message), "`{to}`: {}", stderr(&out));
 }
 
 #[test]

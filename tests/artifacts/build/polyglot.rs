@@ -136,6 +136,7 @@ fn call_context(workspace: &Path, out: &Path) -> PathBuf {
     let sources = [
         "call-context.js",
         "warm-bindings.js",
+        "dsh-env.js",
         "build.mjs",
         "package.json",
     ]

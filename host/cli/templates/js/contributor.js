@@ -3,12 +3,14 @@
 // instance each time.
 //
 // The contract's records arrive as objects with camelCase fields, enums as
-// their case names, tuples as arrays. Returning a list from `resolve` means
-// `ok`; throwing a string (`throw 'why'`) fails the call with it, while
-// throwing an Error object is a trap.
+// their case names, tuples as arrays. Returning a list of [key, value]
+// pairs from `resolve` means `ok`; throwing fails the call with the message
+// (`throw new Error('why')` or `throw 'why'`): `checked`, from dsh-env.js,
+// carries it, and names a result that is not a list of pairs.
 
 // Builds, at build time, what every call would otherwise build first.
 import './warm-bindings.js';
+import { checked } from './dsh-env.js';
 
 const KEY = '{{key}}';
 
@@ -19,7 +21,5 @@ export function declare() {
   };
 }
 
-export function resolve(execution) {
-  // A key left out is absent for this call.
-  return [[KEY, execution.tool]];
-}
+// A key left out is absent for this call.
+export const resolve = checked((execution) => [[KEY, execution.tool]]);

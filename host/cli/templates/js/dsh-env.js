@@ -1,0 +1,1 @@
+../../../../contributors/call-context/dsh-env.js
