@@ -80,7 +80,10 @@ impl Review<'_> {
         }
         println!("  Grants its entry asks for:");
         let grants = &self.entry.grants;
-        if grants.env.is_empty() && grants.cwd.is_none() && grants.config.is_empty() {
+        // Both spellings of config, as the pin covers them (a key set in
+        // both is refused before the review).
+        let config = self.entry.config().unwrap_or_default();
+        if grants.env.is_empty() && grants.cwd.is_none() && config.is_empty() {
             println!("    (none)");
         }
         if !grants.env.is_empty() {
@@ -90,7 +93,7 @@ impl Review<'_> {
         if grants.cwd.is_some() {
             println!("    the agent's cwd, read-only");
         }
-        for (key, value) in &grants.config {
+        for (key, value) in &config {
             println!(
                 "    config {} = {}",
                 escape_controls(key),
@@ -174,7 +177,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             ),
         },
         sha256: component.sha256(),
-        grants_sha256: &entry.grants.digest(),
+        grants_sha256: &entry.grants_digest().map_err(Failure::config)?,
     };
     let edited = pin_entry(&text, existing, &pins)
         .map_err(|e| Failure::config(format!("cannot edit {manifest_shown}: {e}")))?;

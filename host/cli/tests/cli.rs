@@ -2157,7 +2157,7 @@ fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
         &list(),
         &[
             "m.toml",
-            "grants changed since it was added",
+            "grants or config changed since it was added",
             "run `dsh-env add` again",
         ],
     );
@@ -2169,6 +2169,25 @@ fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
         stdout(&output)
     );
     assert!(list().status.success());
+
+    // Config is reviewed and pinned too, under either spelling: a value
+    // changed by hand is refused until added again, and the review shows it.
+    let reviewed = std::fs::read_to_string(&manifest).unwrap();
+    for table in ["[contributor.config]", "[contributor.grants.config]"] {
+        std::fs::write(&manifest, format!("{reviewed}\n{table}\nteam = \"other\"\n")).unwrap();
+        assert_config_error(
+            &list(),
+            &["m.toml", "grants or config changed since it was added"],
+        );
+        let output = add(&["--yes"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(
+            stdout(&output).contains("config team = other"),
+            "{table}: {}",
+            stdout(&output)
+        );
+        assert!(list().status.success(), "{table}");
+    }
 }
 
 #[test]

@@ -164,9 +164,9 @@ pub enum SpecError {
         /// What was written.
         text: String,
     },
-    /// The grants differ from the ones reviewed by `dsh-env add`.
+    /// The grants or config differ from the ones reviewed by `dsh-env add`.
     #[error(
-        "its grants changed since it was added (reviewed grants_sha256 {reviewed}, now {actual}); \
+        "its grants or config changed since it was added (reviewed grants_sha256 {reviewed}, now {actual}); \
          run `dsh-env add` again to review it"
     )]
     GrantsChanged {
@@ -312,7 +312,7 @@ impl ContributorEntry {
     ) -> Result<ContributorSpec, SpecError> {
         if let Some(reviewed) = &self.grants_sha256 {
             let reviewed = pinned_digest("grants_sha256", reviewed)?;
-            let actual = self.grants.digest();
+            let actual = self.grants_digest()?;
             if reviewed != actual {
                 return Err(SpecError::GrantsChanged { reviewed, actual });
             }
@@ -372,6 +372,15 @@ impl ContributorEntry {
         self.limits.to_limits()
     }
 
+    /// The SHA-256 (hex) of what the entry gives the contributor beyond its
+    /// execution, as `dsh-env add` reviews and pins it in `grants_sha256`:
+    /// its grants and its whole config, `[contributor.config]` and
+    /// `grants.config` alike (a value a reviewer saw cannot change unseen
+    /// under either spelling).
+    pub fn grants_digest(&self) -> Result<String, SpecError> {
+        Ok(self.grants.digest_with_config(&self.config()?))
+    }
+
     /// The config served by `config.get`: `[contributor.config]` and
     /// `[contributor.grants.config]` together; a key set in both is an error.
     pub fn config(&self) -> Result<BTreeMap<String, String>, SpecError> {
@@ -406,15 +415,14 @@ pub fn default_signature_path(path: &Path) -> PathBuf {
 }
 
 impl GrantsEntry {
-    /// The SHA-256 (hex) of these grants as written (env names, not their
-    /// values), independent of order and layout: what `dsh-env add` pins as
-    /// `grants_sha256`.
-    pub fn digest(&self) -> String {
+    /// The SHA-256 (hex) of these grants (env names, not their values) with
+    /// `config` in place of their own, independent of order and layout.
+    fn digest_with_config(&self, config: &BTreeMap<String, String>) -> String {
         let mut env = self.env.clone();
         env.sort();
         env.dedup();
         let canonical = serde_json::json!({
-            "config": self.config,
+            "config": config,
             "cwd": self.cwd.map(|CwdGrant::Read| "read"),
             "env": env,
         });
