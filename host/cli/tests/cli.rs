@@ -2174,7 +2174,11 @@ fn add_reviews_pins_and_refuses_what_changed_until_added_again() {
     // changed by hand is refused until added again, and the review shows it.
     let reviewed = std::fs::read_to_string(&manifest).unwrap();
     for table in ["[contributor.config]", "[contributor.grants.config]"] {
-        std::fs::write(&manifest, format!("{reviewed}\n{table}\nteam = \"other\"\n")).unwrap();
+        std::fs::write(
+            &manifest,
+            format!("{reviewed}\n{table}\nteam = \"other\"\n"),
+        )
+        .unwrap();
         assert_config_error(
             &list(),
             &["m.toml", "grants or config changed since it was added"],
