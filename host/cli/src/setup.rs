@@ -7,12 +7,16 @@ mod progress;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use dsh_env::compile;
 use dsh_env::environment::EnvironmentPolicy;
 use dsh_env::input::{MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8};
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HomeContext, HomeSetting, HostEnv, Manifest, Mode,
     Registration, Registry, Runtime, Tiering, ToolExecution, Trust,
 };
+
+/// This process's own executable image (Linux), started as its compile helper.
+const OWN_IMAGE: &str = "/proc/self/exe";
 
 /// An error and the exit code it maps to.
 pub(crate) struct Failure {
@@ -120,6 +124,13 @@ pub(crate) fn open_registry(
     let runtime = Runtime::new().map_err(Failure::runtime)?;
     let registry = Registry::with_trust(&runtime, home, cache, trust);
     registry.set_tiering(tiering);
+    // The CLI is its own compile helper (main dispatches on argv[0]), unless
+    // $DSH_ENV_COMPILER names another. /proc/self/exe, not the path: it is
+    // this very image even after an upgrade replaced the file, so its engine
+    // always matches this process's.
+    if std::env::var_os(compile::HELPER_ENV).is_none_or(|v| v.is_empty()) {
+        registry.set_compiler(OWN_IMAGE);
+    }
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
         registry.set_compile_progress(progress);
