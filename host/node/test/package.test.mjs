@@ -6,7 +6,7 @@
 // packs what the workspace build made (no second build).
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
@@ -56,6 +56,9 @@ test('the packed package, installed alone, registers, collects and execs the exa
     const platform = join(dir, 'linux-x64-gnu');
     cpSync(join(pkg, 'npm/linux-x64-gnu'), platform, { recursive: true, filter: (f) => !/\.node$|dsh-env-compile$/.test(f) });
     execFileSync(process.execPath, [join(pkg, 'scripts/artifacts.mjs'), join(target, 'debug/libdsh_env_node.so'), join(target, 'debug/dsh-env-compile'), platform]);
+    // A user's package carries no test-only code: the workspace's test
+    // contract (dsh-env's `test-contract` feature) is in test builds only.
+    assert.ok(!readFileSync(join(platform, 'dsh-env.linux-x64-gnu.node')).includes('0.2.0-test'), 'the addon binds the test contract');
     const packed = join(dir, 'packed');
     mkdirSync(packed);
     npm(platform, ['pack', '--pack-destination', packed]);
