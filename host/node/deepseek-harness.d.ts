@@ -31,7 +31,7 @@ export interface Config {
   contributors?: ContributorConfig[];
   /** The dsh-env home (compile cache, store); default `$DSH_HOME`, then `~/.dsh`. */
   home?: string;
-  /** The `dsh-env-compile` helper; default `$DSH_ENV_COMPILER`, then `PATH`. */
+  /** The `dsh-env-compile` helper; default `$DSH_ENV_COMPILER`, then the one beside the addon, then `PATH`. */
   compiler?: string;
 }
 

@@ -67,7 +67,7 @@ export const Config = z.object({
   manifest: z.string().description('A dsh-env manifest (TOML): its contributors, pins, grants, limits and [trust].'),
   contributors: z.array(Contributor).description('Contributors listed here rather than in a manifest.'),
   home: z.string().description('The dsh-env home (compile cache, store); default $DSH_HOME, then ~/.dsh.'),
-  compiler: z.string().description('The `dsh-env-compile` helper; default $DSH_ENV_COMPILER, then PATH.'),
+  compiler: z.string().description('The `dsh-env-compile` helper; default $DSH_ENV_COMPILER, then the one beside the addon, then PATH.'),
 });
 
 /**

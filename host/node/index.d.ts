@@ -43,7 +43,7 @@ export interface ToolExecution {
 export interface OpenOptions {
   /** The harness home (default: $DSH_HOME, then ~/.dsh). */
   home?: string;
-  /** The `dsh-env-compile` helper (default: $DSH_ENV_COMPILER, then PATH). */
+  /** The `dsh-env-compile` helper (default: $DSH_ENV_COMPILER, then the one beside the addon, then PATH). */
   compiler?: string;
   /** What `exec`'s commands inherit: a manifest's `[environment]`, in camelCase. */
   environment?: EnvironmentPolicy;

@@ -3,26 +3,47 @@
 // errors into DshEnvError subclasses and accepts options in JavaScript's
 // camelCase.
 
+const { existsSync } = require('node:fs');
+const { dirname, join } = require('node:path');
+
 /**
- * The addon for this platform, named as napi-rs names it:
- * `dsh-env.<platform>-<arch>[-<libc>].node`, built by `npm run build` (or
- * copied from the workspace build by `scripts/test`).
+ * The addon for this platform and the directory it is in, found as napi-rs's
+ * loaders find it: `./dsh-env.<platform>-<arch>[-<libc>].node` beside this
+ * file (a local build: `npm run build`, or `scripts/test`'s copy), else the
+ * platform package `@dsh-env/node-<platform>-<arch>[-<libc>]`, an optional
+ * dependency that npm installs only where it fits.
  */
 function loadBinding() {
   let libc = '';
   if (process.platform === 'linux') {
     libc = process.report?.getReport()?.header?.glibcVersionRuntime ? '-gnu' : '-musl';
   }
-  const file = `./dsh-env.${process.platform}-${process.arch}${libc}.node`;
+  const triple = `${process.platform}-${process.arch}${libc}`;
+  const local = join(__dirname, `dsh-env.${triple}.node`);
+  if (existsSync(local)) return { binding: require(local), dir: __dirname };
+  const pkg = `@dsh-env/node-${triple}`;
+  let main;
   try {
-    return require(file);
+    main = require.resolve(pkg);
   } catch (error) {
     if (error?.code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(`@dsh-env/node: no addon ${file} for this platform: run \`npm run build\` in its package`);
+    throw new Error(`@dsh-env/node: no addon for ${triple}: its package ${pkg} is not installed (built here: linux-x64-gnu only)`);
   }
+  return { binding: require(main), dir: dirname(main) };
 }
 
-const binding = loadBinding();
+const { binding, dir: addonDir } = loadBinding();
+
+/**
+ * The compile helper that travels beside the addon (in the platform
+ * package), unless $DSH_ENV_COMPILER names one: the addon itself lives in
+ * Node's process, so without this it would look beside `node` and on PATH.
+ */
+function defaultCompiler() {
+  if (process.env.DSH_ENV_COMPILER) return undefined;
+  const beside = join(addonDir, 'dsh-env-compile');
+  return existsSync(beside) ? beside : undefined;
+}
 
 /** A dsh-env failure, with a stable `code` and what it names. */
 class DshEnvError extends Error {
@@ -159,7 +180,7 @@ class Registry {
     const environment = snakeCase(options.environment);
     const trust = snakeCase(options.trust);
     return new Registry(
-      guard(() => binding.Registry.open(options.home, options.compiler, environment, trust, options.manifest)),
+      guard(() => binding.Registry.open(options.home, options.compiler ?? defaultCompiler(), environment, trust, options.manifest)),
     );
   }
 

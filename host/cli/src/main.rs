@@ -26,12 +26,13 @@ mod serve;
 mod setup;
 mod store;
 
+use std::ffi::OsStr;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{compile, escape_controls};
 
 use failure::{CliResult, Failure};
 use setup::Setup;
@@ -105,8 +106,12 @@ enum Command {
     },
 }
 
-/// Parses arguments, runs the command, and maps the outcome to an exit code.
+/// Parses arguments, runs the command, and maps the outcome to an exit code;
+/// started as `dsh-env-compile`, it is the compile helper instead.
 fn main() -> ExitCode {
+    if invoked_as_compile_helper() {
+        return dsh_env::__internal::helper_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if err.use_stderr() && invoked_as_run() => {
@@ -160,6 +165,15 @@ fn default_sigpipe() {
 }
 
 /// Whether the subcommand is `run` (its first word that is not a flag).
+/// Whether argv[0] names the compile helper: the library starts every
+/// helper so, and the CLI names itself as its helper (`setup::open_registry`),
+/// so that installing the CLI installs one binary.
+fn invoked_as_compile_helper() -> bool {
+    std::env::args_os()
+        .next()
+        .is_some_and(|arg0| Path::new(&arg0).file_name() == Some(OsStr::new(compile::HELPER)))
+}
+
 fn invoked_as_run() -> bool {
     std::env::args_os()
         .skip(1)

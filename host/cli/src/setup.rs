@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use dsh_env::__internal::{
-    MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8,
+    MAX_EXECUTION_BYTES, compile, escape_controls, read_capped, read_regular_text, utf8,
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
@@ -18,6 +18,9 @@ use dsh_env::{
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{home_cache, resolve_home_explained};
+
+/// This process's own executable image (Linux), started as its compile helper.
+const OWN_IMAGE: &str = "/proc/self/exe";
 
 /// A registry, the registrations that keep its contributors registered, and
 /// what the manifest says about children and the home.
@@ -98,6 +101,13 @@ pub(crate) fn open_registry(
     let runtime = Runtime::new().map_err(Failure::runtime)?;
     let registry = Registry::with_trust(&runtime, home, cache, trust);
     registry.set_tiering(tiering);
+    // The CLI is its own compile helper (main dispatches on argv[0]), unless
+    // $DSH_ENV_COMPILER names another. /proc/self/exe, not the path: it is
+    // this very image even after an upgrade replaced the file, so its engine
+    // always matches this process's.
+    if std::env::var_os(compile::HELPER_ENV).is_none_or(|v| v.is_empty()) {
+        registry.set_compiler(OWN_IMAGE);
+    }
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
         registry.set_compile_progress(progress);

@@ -220,6 +220,68 @@ fn list_shows_every_key_with_owner_and_description() {
 }
 
 #[test]
+fn the_installed_binary_alone_compiles_components_as_its_own_helper() {
+    // As `cargo install --path host/cli` leaves it: `dsh-env` alone in a
+    // directory, that directory alone on PATH, a fresh home (a cold cache).
+    let f = Fixture::new();
+    let bin = f.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(BINARY, bin.join("dsh-env")).unwrap();
+    let user = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new("dsh-env");
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", &bin)
+            .env("HOME", f.path("user"))
+            .envs(env.iter().copied())
+            .current_dir(f.dir.path());
+        output_within(command, Stdio::null(), None)
+    };
+    let listed = user(&["list", "--manifest", "manifest.toml"], &[]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(
+        stdout(&listed).contains("DSH_PARENT_SESSION_ID"),
+        "{}",
+        stdout(&listed)
+    );
+    let cached = json(&user(&["cache", "list", "--json"], &[]));
+    assert_eq!(
+        cached["entries"].as_array().map(Vec::len),
+        Some(2),
+        "{cached}"
+    );
+    let resolved = user(
+        &[
+            "resolve",
+            "--manifest",
+            "manifest.toml",
+            "--execution",
+            "execution.json",
+            "--json",
+        ],
+        &[],
+    );
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    assert_eq!(
+        json(&resolved)["overlay"]["DSH_PARENT_SESSION_ID"],
+        "parent-1"
+    );
+    // $DSH_ENV_COMPILER still names another helper, on a cold cache.
+    let other = user(
+        &[
+            "list",
+            "--manifest",
+            "manifest.toml",
+            "--home",
+            "other-home",
+        ],
+        &[("DSH_ENV_COMPILER", "/nonexistent/helper")],
+    );
+    assert_one_line_error(&other, 2, &["/nonexistent/helper", "$DSH_ENV_COMPILER"]);
+}
+
+#[test]
 fn compiling_shows_a_line_per_component_on_a_terminal_and_nothing_on_a_pipe() {
     let f = Fixture::new();
     let manifest = f.path("manifest.toml");

@@ -28,7 +28,7 @@ use crate::input::{escape_controls, is_executable};
 use crate::limits::Limits;
 use crate::load_error::LoadErrorKind;
 
-/// The helper's file name.
+/// The helper's file name, and the argv[0] it is always started with.
 pub const HELPER: &str = "dsh-env-compile";
 
 /// The environment variable that names the helper's path.
@@ -321,6 +321,9 @@ impl Compiler {
             ))
         };
         let mut command = Command::new(&helper);
+        // Named as the helper whatever its file is: a front end that serves
+        // as its own helper (the `dsh-env` CLI) dispatches on argv[0].
+        command.arg0(HELPER);
         if urgency == Urgency::Background {
             command.arg("--nice").arg("19");
         }

@@ -95,6 +95,10 @@ pub mod __internal {
     }
     pub use crate::cache::DEFAULT_MAX_BYTES;
     pub use crate::compile::helper_main;
+    /// The compile helper's name and the variable that overrides its path.
+    pub mod compile {
+        pub use crate::compile::{HELPER, HELPER_ENV};
+    }
     pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};
     pub use crate::engine::resets_in_place;
     pub use crate::epoch::EPOCH_TICK;

@@ -1,0 +1,21 @@
+// Puts a built addon and compile helper into the platform package, as
+// napi-rs's `napi artifacts` does for the addon alone: the helper must
+// travel beside the addon, which looks for it there.
+//
+//   node scripts/artifacts.mjs <addon.node|libdsh_env_node.so> <dsh-env-compile> [<package dir>]
+//
+// The package dir defaults to npm/linux-x64-gnu, the one target built here.
+import { chmodSync, copyFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const [addon, helper, dir = resolve(here, '../npm/linux-x64-gnu')] = process.argv.slice(2);
+if (!addon || !helper) {
+  console.error('usage: node scripts/artifacts.mjs <addon> <dsh-env-compile> [<package dir>]');
+  process.exit(2);
+}
+copyFileSync(addon, join(dir, 'dsh-env.linux-x64-gnu.node'));
+copyFileSync(helper, join(dir, 'dsh-env-compile'));
+chmodSync(join(dir, 'dsh-env-compile'), 0o755);
+console.log(`artifacts: ${addon} and ${helper} into ${dir}`);
