@@ -151,9 +151,15 @@ export interface Collection {
 }
 
 export interface Explanation {
+  /** The harness home: its cache and store. */
+  home: { path: string };
   keys: Array<{ key: string; value: string; owner: string; description: string }>;
+  /** Declared keys with no value for this execution. */
+  absent: Array<{ key: string; owner: string; description: string }>;
   contributors: ContributorListing[];
   omitted: string[];
+  /** What `exec` removes from this process's environment: names and rules, never values. */
+  scrubbed: Array<{ name: string; rule: string; reason: string }>;
 }
 
 export interface ExecOptions {
@@ -229,6 +235,8 @@ export class Registry {
   registerManifest(path: string): Promise<Registration[]>;
   /** Makes the next call's instances in the background, after the current task. */
   prepareSoon(): void;
+  /** The harness home: where the compile cache and the store are kept. */
+  readonly home: string;
   list(): KeyListing[];
   contributors(): ContributorListing[];
   /**

@@ -220,6 +220,11 @@ class Registry {
     });
   }
 
+  /** The harness home: where the compile cache and the store are kept. */
+  get home() {
+    return this.#native.home;
+  }
+
   /** Every key with its owner and description, sorted; runs no contributor. */
   list() {
     return guard(() => this.#native.list());
@@ -249,17 +254,31 @@ class Registry {
     return JSON.parse(await result);
   }
 
-  /** The overlay with each key's owner and description, and the omissions. */
+  /**
+   * What the CLI's `explain --json` gives: the overlay with each key's owner
+   * and description, the declared keys absent for this execution, the
+   * contributors, the omissions, the home, and what `exec` scrubs from this
+   * process's environment (names and rules, never values).
+   */
   async explain(execution) {
     const { overlay, omitted } = await this.collect(execution);
-    const listing = new Map(this.list().map((row) => [row.key, row]));
+    const listing = this.list();
+    const owned = new Map(listing.map((row) => [row.key, row]));
     const keys = Object.entries(overlay).map(([key, value]) => ({
       key,
       value,
-      owner: listing.get(key)?.owner ?? '',
-      description: listing.get(key)?.description ?? '',
+      owner: owned.get(key)?.owner ?? '',
+      description: owned.get(key)?.description ?? '',
     }));
-    return { keys, contributors: this.contributors(), omitted };
+    const absent = listing.filter((row) => !Object.hasOwn(overlay, row.key));
+    return {
+      home: { path: this.#native.home },
+      keys,
+      absent,
+      contributors: this.contributors(),
+      omitted,
+      scrubbed: this.#native.scrubbed(),
+    };
   }
 
   /** Collects, then runs `command` with bash in the agent's cwd with the overlay. */

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use dsh_env::__internal::escape_controls;
-use dsh_env::EnvRule;
 use dsh_env::OnError;
 use serde_json::json;
 
@@ -52,12 +51,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     // Every inherited variable the child does not get, and every one the
     // manifest's `[environment] set` gives it, with the rule.
     let policy = &registered.environment;
-    let mut scrubbed: Vec<(String, EnvRule)> = std::env::vars_os()
-        .filter_map(|(name, value)| {
-            let rule = policy.inherited_rule(&name, &value)?;
-            Some((name.to_string_lossy().into_owned(), rule))
-        })
-        .collect();
+    let scrubbed = policy.scrubbed_from_process();
     let set: Vec<_> = (policy.set.iter())
         .map(|(name, value)| match policy.set_rule(name, value) {
             None => json!({"name": name, "rule": "set", "reason": "set by [environment] set"}),
@@ -65,7 +59,6 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
                 "reason": format!("set by [environment] set, then removed: {rule}")}),
         })
         .collect();
-    scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
     let omitted: Vec<_> = (collection.omitted.iter())
         .map(|err| {
             json!({"name": err.contributor, "phase": err.phase.to_string(),

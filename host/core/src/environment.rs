@@ -463,6 +463,20 @@ impl EnvironmentPolicy {
         self.kept_rule(OsStr::new(name), OsStr::new(value))
     }
 
+    /// Every variable of this process's environment that a child would not
+    /// inherit under this policy, by name (never its value), sorted, with
+    /// the rule that removes it: what `explain` shows.
+    pub fn scrubbed_from_process(&self) -> Vec<(String, EnvRule)> {
+        let mut scrubbed: Vec<(String, EnvRule)> = std::env::vars_os()
+            .filter_map(|(name, value)| {
+                let rule = self.inherited_rule(&name, &value)?;
+                Some((name.to_string_lossy().into_owned(), rule))
+            })
+            .collect();
+        scrubbed.sort_by(|a, b| a.0.cmp(&b.0));
+        scrubbed
+    }
+
     /// `include_only`, then the scrub.
     fn kept_rule(&self, name: &OsStr, value: &OsStr) -> Option<EnvRule> {
         let included = self.include_only.is_empty()

@@ -240,6 +240,26 @@ impl Registry {
         serde_json::to_value(self.inner.contributors()).map_err(invalid)
     }
 
+    /// The harness home this registry keeps its cache and store in.
+    #[napi(getter)]
+    pub fn home(&self) -> String {
+        self.inner.home().as_str().to_string()
+    }
+
+    /// Every variable of this process's environment that `exec`'s commands
+    /// would not inherit, by name (never its value), sorted:
+    /// `[{name, rule, reason}]`, the rule as the CLI's `explain` names it.
+    #[napi(ts_return_type = "Array<{ name: string; rule: string; reason: string }>")]
+    pub fn scrubbed(&self) -> Value {
+        let rows = self.environment.scrubbed_from_process().into_iter();
+        Value::Array(
+            rows.map(|(name, rule)| {
+                serde_json::json!({"name": name, "rule": rule.rule(), "reason": rule.to_string()})
+            })
+            .collect(),
+        )
+    }
+
     /// How many contributors have an instance made ahead of their next call.
     #[napi]
     pub fn prepared(&self) -> u32 {

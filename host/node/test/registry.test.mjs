@@ -272,6 +272,28 @@ test('explain names each key\'s owner and each contributor\'s origin', async () 
   assert.match(explanation.contributors[0].sha256, /^[0-9a-f]{64}$/);
 });
 
+test('explain gives what the CLI\'s does: absent keys, the home, and what exec scrubs (names, never values)', async () => {
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  process.env.MY_API_TOKEN = 'secret-value';
+  try {
+    const explanation = await registry.explain(execution('c1', 'top'));
+    assert.deepEqual(
+      explanation.absent.map((row) => [row.key, row.owner]),
+      [['DSH_PARENT_SESSION_ID', 'agent-lineage']],
+    );
+    assert.equal(explanation.home.path, registry.home);
+    assert.ok(explanation.home.path.length > 0);
+    const token = explanation.scrubbed.find((row) => row.name === 'MY_API_TOKEN');
+    assert.equal(token?.rule, 'name-part', JSON.stringify(explanation.scrubbed));
+    assert.ok(!JSON.stringify(explanation).includes('secret-value'));
+    // A name the scrub keeps is not listed.
+    assert.ok(!explanation.scrubbed.some((row) => row.name === 'PATH'));
+  } finally {
+    delete process.env.MY_API_TOKEN;
+  }
+});
+
 test('numbers out of range are refused naming the option: exec timeoutMs, register limits', async () => {
   const registry = openRegistry();
   // A negative timeout was cast to an unsigned one: 49 days.
