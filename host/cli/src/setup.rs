@@ -12,8 +12,8 @@ use dsh_env::__internal::{
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Runtime,
-    Tiering, ToolExecution, Trust,
+    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
+    ToolExecution, Trust,
 };
 
 use crate::failure::{CliResult, Failure};
@@ -95,14 +95,15 @@ pub(crate) fn open_registry(
     tiering: Tiering,
     trust: Trust,
 ) -> CliResult<Registry> {
-    let runtime = Runtime::new().map_err(Failure::runtime)?;
-    let registry = Registry::with_trust(&runtime, home, cache, trust);
-    registry.set_tiering(tiering);
+    let mut builder = Registry::builder(home)
+        .cache(cache)
+        .trust(trust)
+        .tiering(tiering);
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
-        registry.set_compile_progress(progress);
+        builder = builder.compile_progress(progress);
     }
-    Ok(registry)
+    builder.build().map_err(Failure::runtime)
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`

@@ -68,7 +68,7 @@ pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
     Collection, ContributorError, ContributorListing, FailureCause, KeyListing, NativeContributor,
-    Registration, Registry, RegistryError,
+    Registration, Registry, RegistryBuilder, RegistryError,
 };
 pub use runtime::Runtime;
 pub use sandbox::{

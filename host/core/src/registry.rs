@@ -126,6 +126,8 @@ pub enum RegistryError {
     #[error(transparent)]
     Signature(#[from] SignatureError),
     /// A manifest's `[trust]` is not the one the registry was built with.
+    /// (Its wording, which predates [`RegistryBuilder::trust`], is kept as
+    /// users have seen it.)
     #[error(
         "manifest {}: its [trust] is not this registry's; open the registry with the \
          manifest's trust (Registry::with_trust)",
@@ -230,7 +232,7 @@ struct Inner {
     cache: ArtifactCache,
     compiler: Arc<Compiler>,
     /// Which compiler a cache miss is compiled with.
-    tiering: Mutex<Tiering>,
+    tiering: Tiering,
     /// Whose signatures are trusted, and whether one is required: set when
     /// the registry is built, applied to every registration.
     trust: Arc<Trust>,
@@ -303,45 +305,120 @@ impl Inner {
     }
 }
 
-impl Registry {
-    /// An empty registry, in a runtime of its own, whose overlays carry
-    /// `home` as `DSH_HOME`, and which keeps precompiled components under
-    /// `home/cache`. An embedder with more than one registry should share a
-    /// [`Runtime`] through [`Registry::with_runtime`].
-    pub fn new(home: DshHome) -> Result<Self, RuntimeError> {
-        let cache = ArtifactCache::new(home.path().join("cache"));
-        Ok(Self::with_runtime(&Runtime::new()?, home, cache))
+/// How a [`Registry`] is built: its home, and everything set once for its
+/// lifetime (runtime, cache, trust, tiering, compile helper and progress).
+/// From [`Registry::builder`].
+#[must_use = "a builder does nothing until `build`"]
+pub struct RegistryBuilder {
+    home: DshHome,
+    runtime: Option<Runtime>,
+    cache: Option<ArtifactCache>,
+    trust: Trust,
+    tiering: Tiering,
+    compiler: Option<PathBuf>,
+    progress: Option<Arc<dyn CompileProgress>>,
+}
+
+impl fmt::Debug for RegistryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryBuilder")
+            .field("home", &self.home)
+            .field("runtime", &self.runtime)
+            .field("cache", &self.cache)
+            .field("trust", &self.trust)
+            .field("tiering", &self.tiering)
+            .field("compiler", &self.compiler)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+impl RegistryBuilder {
+    /// Runs the contributors in `runtime` (shared with other registries of
+    /// the process) instead of a runtime of the registry's own.
+    pub fn runtime(mut self, runtime: &Runtime) -> Self {
+        self.runtime = Some(runtime.clone());
+        self
     }
 
-    /// An empty registry that runs its contributors in `runtime`, whose
-    /// overlays carry `home`, with precompiled components kept in `cache`
-    /// (e.g. one shared by short-lived homes).
-    pub fn with_runtime(runtime: &Runtime, home: DshHome, cache: ArtifactCache) -> Self {
-        Self::with_trust(runtime, home, cache, Trust::default())
+    /// Keeps precompiled components in `cache` (e.g. one with a cap, or one
+    /// shared by short-lived homes) instead of an uncapped `home/cache`.
+    pub fn cache(mut self, cache: ArtifactCache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
-    /// [`Registry::with_runtime`], registering only what `trust` admits
-    /// (usually a manifest's `[trust]`, [`Manifest::trust`]). It is the one
-    /// trust rule for every registration, however it is made: a manifest, a
-    /// spec, or a component from [`Registry::load_spec`]. Under a trust with
-    /// keys, a component loaded any other way is refused at registration.
-    pub fn with_trust(
-        runtime: &Runtime,
-        home: DshHome,
-        cache: ArtifactCache,
-        trust: Trust,
-    ) -> Self {
-        Registry {
+    /// Registers only what `trust` admits (usually a manifest's `[trust]`,
+    /// [`Manifest::trust`]); the default trusts nobody and requires nothing.
+    /// It is the one trust rule for every registration, however it is
+    /// made: a manifest, a spec, or a component from
+    /// [`Registry::load_spec`]. Under a trust with keys, a component loaded
+    /// any other way is refused at registration.
+    pub fn trust(mut self, trust: Trust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Compiles each component missing from the cache as `tiering` says
+    /// (default [`Tiering::Optimized`]).
+    pub fn tiering(mut self, tiering: Tiering) -> Self {
+        self.tiering = tiering;
+        self
+    }
+
+    /// Compiles components with the helper at `path` instead of looking
+    /// for `dsh-env-compile` (beside the executable, or on `PATH`).
+    pub fn compiler(mut self, path: impl Into<PathBuf>) -> Self {
+        self.compiler = Some(path.into());
+        self
+    }
+
+    /// Tells `progress` about every component the registry compiles (a
+    /// cache miss), e.g. to show a line per component on a terminal.
+    pub fn compile_progress(mut self, progress: Arc<dyn CompileProgress>) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The registry, empty. It fails only when it must make a runtime of
+    /// its own and cannot.
+    pub fn build(self) -> Result<Registry, RuntimeError> {
+        let runtime = match self.runtime {
+            Some(runtime) => runtime,
+            None => Runtime::new()?,
+        };
+        let cache =
+            (self.cache).unwrap_or_else(|| ArtifactCache::new(self.home.path().join("cache")));
+        Ok(Registry {
             inner: Arc::new(Inner {
-                trust: Arc::new(trust),
-                runtime: runtime.clone(),
+                trust: Arc::new(self.trust),
+                runtime,
                 cache,
-                compiler: Arc::default(),
-                tiering: Mutex::default(),
-                home,
+                compiler: Arc::new(Compiler::new(self.compiler, self.progress)),
+                tiering: self.tiering,
+                home: self.home,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
             }),
+        })
+    }
+}
+
+impl Registry {
+    /// A builder for a registry whose overlays carry `home` as `DSH_HOME`.
+    /// Unless told otherwise it runs in a runtime of its own (an embedder
+    /// with more than one registry should share one,
+    /// [`RegistryBuilder::runtime`]), keeps precompiled components under
+    /// `home/cache`, trusts nobody, and compiles with Cranelift.
+    pub fn builder(home: DshHome) -> RegistryBuilder {
+        RegistryBuilder {
+            home,
+            runtime: None,
+            cache: None,
+            trust: Trust::default(),
+            tiering: Tiering::default(),
+            compiler: None,
+            progress: None,
         }
     }
 
@@ -406,7 +483,6 @@ impl Registry {
         limits: &Limits,
     ) -> Result<ContributorComponent, LoadError> {
         let inner = &self.inner;
-        let tiering = *inner.tiering.lock().unwrap_or_else(|p| p.into_inner());
         let sandbox = &inner.runtime.sandbox;
         sandbox.load(
             origin,
@@ -414,26 +490,8 @@ impl Registry {
             &inner.cache,
             &inner.compiler,
             limits,
-            tiering,
+            inner.tiering,
         )
-    }
-
-    /// Compiles each component missing from the cache as `tiering` says
-    /// from now on (default [`Tiering::Optimized`]).
-    pub fn set_tiering(&self, tiering: Tiering) {
-        *self.inner.tiering.lock().unwrap_or_else(|p| p.into_inner()) = tiering;
-    }
-
-    /// Compiles components with the helper at `path` (see
-    /// [`crate::compile`]) instead of looking for `dsh-env-compile`.
-    pub fn set_compiler(&self, path: impl Into<PathBuf>) {
-        self.inner.compiler.set_helper(path.into());
-    }
-
-    /// Tells `progress` about every component this registry compiles (a
-    /// cache miss), e.g. to show a line per component on a terminal.
-    pub fn set_compile_progress(&self, progress: Arc<dyn CompileProgress>) {
-        self.inner.compiler.set_progress(progress);
     }
 
     /// The precompiled-artifact cache.
@@ -482,7 +540,7 @@ impl Registry {
     /// checked at every load, and the bytes that passed are the ones
     /// compiled: no cached file identity stands in for the check. The
     /// signature is checked under the registry's trust
-    /// ([`Registry::with_trust`]).
+    /// ([`RegistryBuilder::trust`]).
     pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, RegistryError> {
         self.load_spec_from(spec, None)
     }

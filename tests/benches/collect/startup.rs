@@ -152,8 +152,10 @@ pub fn first_run_child() {
     let runtime = cli_runtime();
     let home = tempfile::tempdir().unwrap();
     let start = Instant::now();
-    let registry = dsh_env_tests::registry_at(home.path());
-    registry.set_tiering(dsh_env::Tiering::Baseline);
+    let registry = (dsh_env_tests::builder(dsh_env::DshHome::from_absolute(home.path()).unwrap()))
+        .tiering(dsh_env::Tiering::Baseline)
+        .build()
+        .unwrap();
     let built: Vec<&Example> = EXAMPLES.iter().filter(|e| e.built()).collect();
     let manifest = examples_manifest(&built);
     let registrations = runtime
