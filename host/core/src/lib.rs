@@ -43,6 +43,8 @@ mod load_error;
 // Instances and calls.
 mod runtime;
 mod sandbox;
+// Loading: cache, compiler and tiering.
+mod loader;
 // Registration and collection.
 mod culprit;
 mod registry;

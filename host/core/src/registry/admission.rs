@@ -62,16 +62,7 @@ impl Registry {
         source: Source<'_>,
         limits: &Limits,
     ) -> Result<ContributorComponent, LoadError> {
-        let inner = &self.inner;
-        let sandbox = &inner.runtime.sandbox;
-        sandbox.load(
-            origin,
-            source,
-            &inner.cache,
-            &inner.compiler,
-            limits,
-            inner.tiering,
-        )
+        self.inner.loader.load(origin, source, limits)
     }
 
     /// Loads the component `spec` describes (see [`Registry::load_file_with`])

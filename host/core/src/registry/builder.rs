@@ -9,6 +9,7 @@ use crate::cache::ArtifactCache;
 use crate::compile::{CompileProgress, Compiler};
 use crate::engine::{RuntimeError, Tiering};
 use crate::home::DshHome;
+use crate::loader::Loader;
 use crate::runtime::Runtime;
 use crate::signature::Trust;
 
@@ -101,11 +102,14 @@ impl RegistryBuilder {
         Ok(Registry {
             inner: Arc::new(Inner {
                 trust: Arc::new(self.trust),
-                runtime,
-                cache,
-                compiler: Arc::new(Compiler::new(self.compiler, self.progress)),
-                tiering: self.tiering,
+                loader: Loader::new(
+                    Arc::clone(&runtime.sandbox),
+                    cache,
+                    Compiler::new(self.compiler, self.progress),
+                    self.tiering,
+                ),
                 home: self.home,
+                runtime,
                 contributors: Mutex::default(),
                 next_id: AtomicU64::new(1),
             }),
@@ -148,6 +152,6 @@ impl Registry {
 
     /// The precompiled-artifact cache.
     pub fn cache(&self) -> &ArtifactCache {
-        &self.inner.cache
+        self.inner.loader.cache()
     }
 }

@@ -146,7 +146,7 @@ impl Registry {
         &self,
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, RegistryError> {
-        let (cache, engine) = (&self.inner.cache, component.cache_engine());
+        let (cache, engine) = (self.inner.loader.cache(), component.cache_engine());
         let (content, key) = (component.sha256(), component.declaration_key());
         if let Some(raw) = cache.declaration(engine, content, &key) {
             // It was linked and declared before, by this host version.

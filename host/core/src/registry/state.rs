@@ -5,13 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::cache::ArtifactCache;
-use crate::compile::Compiler;
 use crate::declaration::{Declaration, RawDeclaration};
-use crate::engine::Tiering;
 use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::limits::Limits;
+use crate::loader::Loader;
 use crate::runtime::Runtime;
 use crate::sandbox::{ContributorComponent, Prepared};
 use crate::signature::Trust;
@@ -67,10 +65,8 @@ pub(super) struct Entry {
 pub(super) struct Inner {
     pub(super) runtime: Runtime,
     pub(super) home: DshHome,
-    pub(super) cache: ArtifactCache,
-    pub(super) compiler: Arc<Compiler>,
-    /// Which compiler a cache miss is compiled with.
-    pub(super) tiering: Tiering,
+    /// The cache, compiler and tiering its components are loaded with.
+    pub(super) loader: Loader,
     /// Whose signatures are trusted, and whether one is required: set when
     /// the registry is built, applied to every registration.
     pub(super) trust: Arc<Trust>,
