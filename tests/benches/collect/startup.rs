@@ -1,6 +1,7 @@
-//! Start-up: `Registry::new` plus registering every example from the
-//! precompiled cache, and the process's memory after, measured in fresh
-//! child processes so that nothing else pollutes the figures.
+//! Start-up: building a registry (reported as `Registry::new`) plus
+//! registering every example from the precompiled cache, and the process's
+//! memory after, measured in fresh child processes so that nothing else
+//! pollutes the figures.
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -43,7 +44,7 @@ fn kib_field(path: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {path}"))
 }
 
-/// The child: `Registry::new`, then load and register every example from
+/// The child: builds a registry, then loads and registers every example from
 /// the (warm) cache; prints one JSON line.
 pub fn startup_child() {
     let runtime = cli_runtime();
