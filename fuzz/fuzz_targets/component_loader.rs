@@ -22,7 +22,9 @@ fn host() -> &'static (Registry, Runtime) {
         let home = std::env::temp_dir().join(format!("dsh-env-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&home).unwrap();
         std::fs::write(home.join("cache"), b"not a directory").unwrap();
-        let registry = Registry::new(DshHome::from_absolute(&home).unwrap()).unwrap();
+        let registry = Registry::builder(DshHome::from_absolute(&home).unwrap())
+            .build()
+            .unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()

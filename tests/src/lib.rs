@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use dsh_env::{
-    Agent, ArtifactCache, ContributorComponent, DshHome, HostLimits, Registry, Runtime,
-    ToolExecution, Trust,
+    Agent, ContributorComponent, DshHome, HostLimits, Registry, Runtime, ToolExecution, Trust,
 };
 
 pub mod rules;
@@ -28,22 +27,26 @@ pub fn runtime() -> &'static Runtime {
 /// [`runtime`].
 pub fn registry() -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
-    let cache = ArtifactCache::new(home.path().join("cache"));
-    Registry::with_runtime(runtime(), home, cache)
+    builder(home).build().unwrap()
+}
+
+/// A builder of a registry with `home`, in the shared [`runtime`], for a
+/// test that sets what the registry is built with (tiering, compiler,
+/// progress).
+pub fn builder(home: DshHome) -> dsh_env::RegistryBuilder {
+    Registry::builder(home).runtime(runtime())
 }
 
 /// A registry like [`registry`] that registers only what `trust` admits.
 pub fn registry_trusting(trust: Trust) -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
-    let cache = ArtifactCache::new(home.path().join("cache"));
-    Registry::with_trust(runtime(), home, cache, trust)
+    builder(home).trust(trust).build().unwrap()
 }
 
 /// A registry with `home` (absolute), in the shared [`runtime`].
 pub fn registry_at(home: impl AsRef<std::path::Path>) -> Registry {
     let home = DshHome::from_absolute(home.as_ref()).unwrap();
-    let cache = ArtifactCache::new(home.path().join("cache"));
-    Registry::with_runtime(runtime(), home, cache)
+    builder(home).build().unwrap()
 }
 
 /// A registry like [`registry`] in a runtime of its own, whose instances
@@ -51,12 +54,8 @@ pub fn registry_at(home: impl AsRef<std::path::Path>) -> Registry {
 /// which other tests' calls would move in the shared one.
 pub fn registry_with(host_limits: HostLimits) -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
-    let cache = ArtifactCache::new(home.path().join("cache"));
-    Registry::with_runtime(
-        &Runtime::with_host_limits(host_limits).unwrap(),
-        home,
-        cache,
-    )
+    let runtime = Runtime::with_host_limits(host_limits).unwrap();
+    Registry::builder(home).runtime(&runtime).build().unwrap()
 }
 
 /// The puppet guest, configured by `config` (see tests/guests/puppet).

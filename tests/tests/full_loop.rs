@@ -28,7 +28,9 @@ struct Harness {
 
 impl Harness {
     async fn new(home: &Path) -> Self {
-        let registry = Registry::new(DshHome::from_absolute(home).unwrap()).unwrap();
+        let registry = Registry::builder(DshHome::from_absolute(home).unwrap())
+            .build()
+            .unwrap();
         let mut registrations = Vec::new();
         for path in [artifacts::AGENT_LINEAGE, artifacts::CALL_TRACE] {
             let component = registry.load_file(path.as_ref()).unwrap();

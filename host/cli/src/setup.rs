@@ -12,8 +12,8 @@ use dsh_env::__internal::{
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Runtime,
-    Tiering, ToolExecution, Trust,
+    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
+    ToolExecution, Trust,
 };
 
 use crate::failure::{CliResult, Failure};
@@ -98,21 +98,22 @@ pub(crate) fn open_registry(
     tiering: Tiering,
     trust: Trust,
 ) -> CliResult<Registry> {
-    let runtime = Runtime::new().map_err(Failure::runtime)?;
-    let registry = Registry::with_trust(&runtime, home, cache, trust);
-    registry.set_tiering(tiering);
+    let mut builder = Registry::builder(home)
+        .cache(cache)
+        .trust(trust)
+        .tiering(tiering);
     // The CLI is its own compile helper (main dispatches on argv[0]), unless
     // $DSH_ENV_COMPILER names another. /proc/self/exe, not the path: it is
     // this very image even after an upgrade replaced the file, so its engine
     // always matches this process's.
     if std::env::var_os(compile::HELPER_ENV).is_none_or(|v| v.is_empty()) {
-        registry.set_compiler(OWN_IMAGE);
+        builder = builder.compiler(OWN_IMAGE);
     }
     // A cold cache can take seconds per component: say which, on a terminal.
     if let Some(progress) = progress::TerminalProgress::for_stderr() {
-        registry.set_compile_progress(progress);
+        builder = builder.compile_progress(progress);
     }
-    Ok(registry)
+    builder.build().map_err(Failure::runtime)
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`

@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::input::{escape_controls, is_executable};
@@ -168,8 +168,8 @@ pub(crate) fn limit_field(name: &str) -> Option<&'static str> {
 }
 
 /// Told about every compile (a cache miss), so that a front end can show
-/// progress while the library itself writes nothing to a terminal. Set with
-/// [`crate::Registry::set_compile_progress`]; called on the loading thread,
+/// progress while the library itself writes nothing to a terminal. Given to
+/// [`crate::RegistryBuilder::compile_progress`]; called on the loading thread,
 /// possibly from several threads at once (a manifest loads in parallel).
 pub trait CompileProgress: Send + Sync {
     /// Compiling the component `origin` names (a file or reference as the
@@ -184,9 +184,9 @@ pub trait CompileProgress: Send + Sync {
 #[derive(Default)]
 pub(crate) struct Compiler {
     /// A path set by the embedder, tried first.
-    explicit: RwLock<Option<PathBuf>>,
+    explicit: Option<PathBuf>,
     /// Who is told about each compile, if anyone.
-    progress: RwLock<Option<Arc<dyn CompileProgress>>>,
+    progress: Option<Arc<dyn CompileProgress>>,
     /// Held while the helper runs: one compile at a time. wasmtime already
     /// compiles a component's functions on every core, so a second compile
     /// at once mostly adds its memory (measured on the examples manifest, 2
@@ -215,14 +215,17 @@ impl std::fmt::Debug for Compiler {
 }
 
 impl Compiler {
-    /// Uses the helper at `path` from now on.
-    pub(crate) fn set_helper(&self, path: PathBuf) {
-        *self.explicit.write().unwrap_or_else(|p| p.into_inner()) = Some(path);
-    }
-
-    /// Tells `progress` about every compile from now on.
-    pub(crate) fn set_progress(&self, progress: Arc<dyn CompileProgress>) {
-        *self.progress.write().unwrap_or_else(|p| p.into_inner()) = Some(progress);
+    /// A compiler that runs the helper at `explicit` (else looks for one,
+    /// see [`Self::helper`]) and tells `progress` about every compile.
+    pub(crate) fn new(
+        explicit: Option<PathBuf>,
+        progress: Option<Arc<dyn CompileProgress>>,
+    ) -> Self {
+        Compiler {
+            explicit,
+            progress,
+            ..Compiler::default()
+        }
     }
 
     /// [`Self::compile`], once no other compile of this compiler runs,
@@ -242,10 +245,7 @@ impl Compiler {
             return self.compile(bytes, bounds, engine_tag, urgency);
         }
         let _turn = self.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
-        let progress = (self.progress.read())
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let Some(progress) = progress else {
+        let Some(progress) = &self.progress else {
             return self.compile(bytes, bounds, engine_tag, urgency);
         };
         let size = bytes.len() as u64;
@@ -260,13 +260,8 @@ impl Compiler {
     /// else beside the running executable, else in its parent directory
     /// (test binaries live in `target/<profile>/deps`), else on `PATH`.
     pub(crate) fn helper(&self) -> Result<PathBuf, String> {
-        let explicit = self
-            .explicit
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(path) = explicit {
-            return usable(path, "set with Registry::set_compiler");
+        if let Some(path) = &self.explicit {
+            return usable(path.clone(), "set with RegistryBuilder::compiler");
         }
         if let Some(path) = std::env::var_os(HELPER_ENV).filter(|v| !v.is_empty()) {
             return usable(PathBuf::from(path), &format!("named by ${HELPER_ENV}"));

@@ -43,6 +43,8 @@ mod load_error;
 // Instances and calls.
 mod runtime;
 mod sandbox;
+// Loading: cache, compiler and tiering.
+mod loader;
 // Registration and collection.
 mod culprit;
 mod registry;
@@ -68,7 +70,7 @@ pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
     Collection, ContributorError, ContributorListing, FailureCause, KeyListing, NativeContributor,
-    Registration, Registry, RegistryError,
+    Registration, Registry, RegistryBuilder, RegistryError,
 };
 pub use runtime::Runtime;
 pub use sandbox::{

@@ -189,7 +189,7 @@ impl Manifest {
 
     /// Every entry as a validated spec, in file order, with `grants.env`
     /// values taken from `host_env`. `[trust]` is checked too, but is not
-    /// part of a spec: it is the registry's ([`crate::Registry::with_trust`]).
+    /// part of a spec: it is the registry's ([`crate::RegistryBuilder::trust`]).
     pub fn specs(&self, host_env: &HostEnv) -> Result<Vec<ContributorSpec>, ManifestError> {
         self.trust()?;
         (self.contributors.iter())

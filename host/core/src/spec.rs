@@ -97,7 +97,7 @@ pub struct ContributorSpec {
     pub sha256: Option<String>,
     /// Where its minisign signature may be (for a file: the file's path
     /// plus `.minisig`). Whose signatures are trusted is not the spec's to
-    /// say: that is the registry's ([`crate::Registry::with_trust`]).
+    /// say: that is the registry's ([`crate::RegistryBuilder::trust`]).
     pub signature: Option<PathBuf>,
 }
 

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use dsh_env::{ArtifactCache, DshHome, Registry, Runtime};
+use dsh_env::{DshHome, Registry};
 use dsh_env_artifacts::ECHO;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_dsh-env-compile");
@@ -17,9 +17,7 @@ const HELPER: &str = env!("CARGO_BIN_EXE_dsh-env-compile");
 async fn the_library_compiles_through_this_helper() {
     let dir = tempfile::tempdir().unwrap();
     let home = DshHome::from_absolute(dir.path()).unwrap();
-    let cache = ArtifactCache::new(dir.path().join("cache"));
-    let registry = Registry::with_runtime(&Runtime::new().unwrap(), home, cache);
-    registry.set_compiler(HELPER);
+    let registry = Registry::builder(home).compiler(HELPER).build().unwrap();
     let echo = registry.load_file(ECHO.as_ref()).unwrap();
     let registration = registry.register(echo).await.unwrap();
     assert_eq!(registration.name(), "echo");

@@ -158,13 +158,17 @@ impl Registry {
         let home = DshHome::resolve(&explicit, &HomeContext::from_process())
             .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
         let cache = ArtifactCache::new(home.path().join("cache"));
-        let inner = dsh_env::Registry::with_trust(runtime()?, home, cache, trust);
         // A harness lives for a session: Winch code at once, Cranelift's
         // when it is ready.
-        inner.set_tiering(dsh_env::Tiering::Background);
+        let mut builder = dsh_env::Registry::builder(home)
+            .runtime(runtime()?)
+            .cache(cache)
+            .trust(trust)
+            .tiering(dsh_env::Tiering::Background);
         if let Some(path) = compiler {
-            inner.set_compiler(path);
+            builder = builder.compiler(path);
         }
+        let inner = (builder.build()).map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))?;
         Ok(Registry {
             inner,
             held: Held::default(),

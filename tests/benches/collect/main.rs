@@ -7,7 +7,8 @@
 //! - the same facts computed by process-per-contributor hooks (`sh -c` and a
 //!   small compiled helper), and a plain `bash -c true` spawn;
 //! - throughput (executions/s) at 1, 2, 8 and 64 concurrent callers;
-//! - start-up: `Registry::new` plus registering every example from the
+//! - start-up: building a registry (its report says `Registry::new`, as the
+//!   bench history does) plus registering every example from the
 //!   precompiled cache, and the process's VmRSS after loading (measured in a
 //!   fresh child process, so nothing else pollutes the figures).
 //!

@@ -187,8 +187,11 @@ pub async fn examples<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Se
 pub async fn winch_examples<'a>(examples: impl IntoIterator<Item = &'a Example>) -> Setup {
     let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-winch-home");
     std::fs::create_dir_all(&home).unwrap();
-    let registry = dsh_env_tests::registry_at(&home);
-    registry.set_tiering(dsh_env::Tiering::Baseline);
+    let home = dsh_env::DshHome::from_absolute(&home).unwrap();
+    let registry = (dsh_env_tests::builder(home))
+        .tiering(dsh_env::Tiering::Baseline)
+        .build()
+        .unwrap();
     let mut registrations = Vec::new();
     for example in examples {
         let registration = example.register(&registry).await;

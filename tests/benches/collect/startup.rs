@@ -1,6 +1,7 @@
-//! Start-up: `Registry::new` plus registering every example from the
-//! precompiled cache, and the process's memory after, measured in fresh
-//! child processes so that nothing else pollutes the figures.
+//! Start-up: building a registry (reported as `Registry::new`) plus
+//! registering every example from the precompiled cache, and the process's
+//! memory after, measured in fresh child processes so that nothing else
+//! pollutes the figures.
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -43,7 +44,7 @@ fn kib_field(path: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {path}"))
 }
 
-/// The child: `Registry::new`, then load and register every example from
+/// The child: builds a registry, then loads and registers every example from
 /// the (warm) cache; prints one JSON line.
 pub fn startup_child() {
     let runtime = cli_runtime();
@@ -152,8 +153,10 @@ pub fn first_run_child() {
     let runtime = cli_runtime();
     let home = tempfile::tempdir().unwrap();
     let start = Instant::now();
-    let registry = dsh_env_tests::registry_at(home.path());
-    registry.set_tiering(dsh_env::Tiering::Baseline);
+    let registry = (dsh_env_tests::builder(dsh_env::DshHome::from_absolute(home.path()).unwrap()))
+        .tiering(dsh_env::Tiering::Baseline)
+        .build()
+        .unwrap();
     let built: Vec<&Example> = EXAMPLES.iter().filter(|e| e.built()).collect();
     let manifest = examples_manifest(&built);
     let registrations = runtime

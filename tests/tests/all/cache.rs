@@ -368,7 +368,7 @@ async fn a_cache_others_can_write_is_not_used() {
 fn capped_registry(home: &std::path::Path, max_bytes: u64) -> Registry {
     let home = dsh_env::DshHome::from_absolute(home).unwrap();
     let cache = dsh_env::ArtifactCache::new(home.path().join("cache")).with_max_bytes(max_bytes);
-    Registry::with_runtime(dsh_env_tests::runtime(), home, cache)
+    (dsh_env_tests::builder(home)).cache(cache).build().unwrap()
 }
 
 /// The SHA-256 of the component at `path`.
@@ -547,10 +547,15 @@ impl dsh_env::CompileProgress for Compiles {
     }
 }
 
-/// The compiles `registry` reports while it registers `manifest`.
-async fn compiles_registering(registry: &Registry, manifest: &dsh_env::Manifest) -> Vec<String> {
+/// The compiles a registry in `home` (absolute) reports while it registers
+/// `manifest`.
+async fn compiles_registering(home: &std::path::Path, manifest: &dsh_env::Manifest) -> Vec<String> {
     let compiles = std::sync::Arc::new(Compiles::default());
-    registry.set_compile_progress(compiles.clone());
+    let home = dsh_env::DshHome::from_absolute(home).unwrap();
+    let registry = (dsh_env_tests::builder(home))
+        .compile_progress(compiles.clone())
+        .build()
+        .unwrap();
     let _registered = registry
         .register_manifest(manifest, &dsh_env::HostEnv::from_process())
         .await
@@ -572,8 +577,7 @@ async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss(
     let manifest = dsh_env::Manifest::parse(&text, "m.toml", home.path().into()).unwrap();
     // Loaded in parallel, but each compile ends before the next starts:
     // wasmtime already uses every core for one.
-    let cold = dsh_env_tests::registry_at(home.path());
-    let events = compiles_registering(&cold, &manifest).await;
+    let events = compiles_registering(home.path(), &manifest).await;
     assert_eq!(events.len(), 2 * paths.len(), "{events:?}");
     for pair in events.chunks(2) {
         let origin = pair[0].strip_prefix("start ").unwrap();
@@ -583,9 +587,8 @@ async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss(
         assert!(events.contains(&format!("start {path}")), "{events:?}");
     }
     // Warm: mapped from the cache, nothing compiled, nothing said.
-    let warm = dsh_env_tests::registry_at(home.path());
     assert_eq!(
-        compiles_registering(&warm, &manifest).await,
+        compiles_registering(home.path(), &manifest).await,
         Vec::<String>::new()
     );
 }

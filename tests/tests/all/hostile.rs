@@ -1183,8 +1183,11 @@ async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
     assert_eq!(markers(), 1);
 
     // Remembered, across registries: no helper runs (this one has none).
-    let remembering = new_registry();
-    remembering.set_compiler("/nonexistent/dsh-env-compile");
+    let remembering_home = dsh_env::DshHome::from_absolute(home.path()).unwrap();
+    let remembering = (dsh_env_tests::builder(remembering_home))
+        .compiler("/nonexistent/dsh-env-compile")
+        .build()
+        .unwrap();
     let message = load(&remembering, &small);
     assert!(
         message.ends_with(&format!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dsh_env::{
     CodeTier, ContributorComponent, FailureCause, GuestFailure, Limits, Registry, Tiering,
 };
-use dsh_env_tests::{agent_call, artifacts, registry_at};
+use dsh_env_tests::{agent_call, artifacts, builder, registry_at};
 
 use crate::cache::entries;
 
@@ -18,9 +18,8 @@ const TIER_UP_BOUND: Duration = Duration::from_secs(300);
 
 /// A registry with a cold cache in `home`, compiling as `tiering` says.
 fn tiered(home: &Path, tiering: Tiering) -> Registry {
-    let registry = registry_at(home);
-    registry.set_tiering(tiering);
-    registry
+    let home = dsh_env::DshHome::from_absolute(home).unwrap();
+    builder(home).tiering(tiering).build().unwrap()
 }
 
 /// The first collect's `DSH_AGENT_DEPTH` in `registry`.

@@ -47,6 +47,32 @@ impl fmt::Debug for ContributorComponent {
 }
 
 impl ContributorComponent {
+    /// A component just loaded from `origin`: its bytes' SHA-256 `content`,
+    /// its code's `opening` on `engine`, the cache entry it `held`, under
+    /// `limits`, with no config, grants, signer or failure policy yet.
+    pub(crate) fn loaded(
+        origin: &str,
+        content: String,
+        opening: Opening,
+        limits: &Limits,
+        held: crate::cache::Held,
+        engine: &wasmtime::Engine,
+    ) -> Self {
+        ContributorComponent {
+            origin: origin.to_string(),
+            content: content.into(),
+            linked: Arc::new(opening),
+            config: Arc::default(),
+            limits: limits.clone(),
+            on_error: OnError::default(),
+            grants: Grants::default(),
+            signer: Signer::Unsigned,
+            checked_under: None,
+            _held: held,
+            engine: engine.clone(),
+        }
+    }
+
     /// Where the component came from (a path, or a caller's label).
     pub fn origin(&self) -> &str {
         &self.origin
@@ -176,7 +202,7 @@ pub enum CodeTier {
 }
 
 /// What a call needs from a compiled component.
-pub(super) struct Linked {
+pub(crate) struct Linked {
     /// Instantiates it through the bindings of the contract version it targets.
     pub(super) pre: Pre,
     /// The names of the interfaces it imports.
@@ -188,8 +214,16 @@ pub(super) struct Linked {
     pub(super) _held: Option<crate::cache::Held>,
 }
 
+impl Linked {
+    /// The same, keeping `held` (a tier-up's cache entry) from evictions.
+    pub(crate) fn holding(mut self, held: crate::cache::Held) -> Self {
+        self._held = Some(held);
+        self
+    }
+}
+
 /// Makes a component's [`Linked`] parts.
-pub(super) type Open = Box<dyn FnOnce() -> Result<Linked, String> + Send>;
+pub(crate) type Open = Box<dyn FnOnce() -> Result<Linked, String> + Send>;
 
 /// Threads [`Opening::in_background`] runs at once, in a process.
 pub const MAX_OPENING_THREADS: usize = 4;
@@ -214,13 +248,13 @@ static TIER_UPS: Mutex<(VecDeque<Weak<Opening>>, bool)> = Mutex::new((VecDeque::
 
 impl Opening {
     /// Parts made already.
-    pub(super) fn ready(linked: Linked) -> Self {
+    pub(crate) fn ready(linked: Linked) -> Self {
         Self::tiered(linked, None)
     }
 
     /// Parts made already, and what makes better ones in the background
     /// ([`Opening::in_background`]), if anything.
-    pub(super) fn tiered(linked: Linked, tier_up: Option<Open>) -> Self {
+    pub(crate) fn tiered(linked: Linked, tier_up: Option<Open>) -> Self {
         Opening {
             linked: OnceLock::from(Ok(linked)),
             open: Mutex::new(None),
@@ -230,7 +264,7 @@ impl Opening {
     }
 
     /// Parts `open` makes when first needed.
-    pub(super) fn deferred(open: Open) -> Self {
+    pub(crate) fn deferred(open: Open) -> Self {
         Opening {
             linked: OnceLock::new(),
             open: Mutex::new(Some(open)),
@@ -371,12 +405,12 @@ pub(crate) enum Source<'a> {
 }
 
 /// Whether `bytes` carries the component-model layer in its wasm header.
-pub(super) fn is_component(bytes: &[u8]) -> bool {
+pub(crate) fn is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [0x01, 0x00]
 }
 
 /// Names what non-component bytes are, for the load error.
-pub(super) fn not_a_component(bytes: &[u8]) -> &'static str {
+pub(crate) fn not_a_component(bytes: &[u8]) -> &'static str {
     if bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x01, 0, 0, 0] {
         "this is a core wasm module, not a component (componentize it for dsh:env/contributor)"
     } else {

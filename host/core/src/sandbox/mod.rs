@@ -1,5 +1,6 @@
-//! The sandbox: compiles contributor components and runs each call in a fresh
-//! instance with nothing granted (no files, env, args, network or stdio).
+//! The sandbox: the engines components are compiled for (loading them is
+//! the [`crate::loader`]'s), and each call in a fresh instance with nothing
+//! granted (no files, env, args, network or stdio).
 
 use std::sync::{Arc, Mutex};
 
@@ -8,15 +9,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
-use crate::cache::{ArtifactCache, Loaded, Opened};
-use crate::compile::{Bounds, CompileError, Compiler, Urgency};
 use crate::declaration::RawDeclaration;
-use crate::engine::{self, Allocator, RuntimeError, Tiering, engine_tag};
+use crate::engine::{self, Allocator, RuntimeError};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{self, HostLimits, Limits, Phase, bounded};
-use crate::load_error::{LoadError, LoadErrorKind};
-use crate::spec::{Grants, OnError};
+use crate::limits::{self, HostLimits, Phase, bounded};
+use crate::load_error::LoadErrorKind;
 
 mod component;
 mod contract;
@@ -24,13 +22,10 @@ mod failure;
 mod files;
 mod guest;
 
-pub(crate) use component::Opening;
-pub(crate) use component::Source;
 pub use component::{CodeTier, ContributorComponent, MAX_OPENING_THREADS};
+pub(crate) use component::{Linked, Open, Opening, Source, is_component, not_a_component};
 pub use contract::{ContractVersion, supported_contracts};
 pub use failure::GuestFailure;
-
-use component::{Linked, is_component, not_a_component};
 
 /// Why `bytes` is not a WebAssembly component, judged by its header alone
 /// (e.g. before shipping it), or `None` if it looks like one.
@@ -139,8 +134,9 @@ impl Drop for GuestIo {
 }
 
 /// An engine and the linker that binds its components.
-struct Tier {
-    engine: Engine,
+pub(crate) struct Tier {
+    /// The engine.
+    pub(crate) engine: Engine,
     linker: Linker<GuestState>,
 }
 
@@ -158,7 +154,11 @@ impl Tier {
     /// What a call needs from `component`, compiled for this tier's engine:
     /// its imports, and a pre-instance bound to the contract version they
     /// name.
-    fn link(&self, component: &Component, tier: CodeTier) -> Result<Linked, LoadErrorKind> {
+    pub(crate) fn link(
+        &self,
+        component: &Component,
+        tier: CodeTier,
+    ) -> Result<Linked, LoadErrorKind> {
         let imports: Arc<[String]> = component
             .component_type()
             .imports(&self.engine)
@@ -178,7 +178,8 @@ impl Tier {
     }
 }
 
-/// Compiles components and runs their calls, each in a fresh instance.
+/// The engines components are compiled for, and their calls, each in a
+/// fresh instance.
 pub(crate) struct Sandbox {
     /// Cranelift's engine (pooling when it can) and linker.
     optimized: Tier,
@@ -205,16 +206,6 @@ fn pre(component: &ContributorComponent) -> Result<&Pre, GuestFailure> {
     (component.linked.get())
         .map(|linked| &linked.pre)
         .map_err(|reason| GuestFailure::Instantiate(format!("cannot open its artifact: {reason}")))
-}
-
-/// A component loaded from a file whose sealed artifact is opened later.
-struct Later<'a> {
-    /// The artifact.
-    artifact: &'a std::path::Path,
-    /// The component's file.
-    path: &'a std::path::Path,
-    /// The SHA-256 of its bytes when it was loaded.
-    content: &'a str,
 }
 
 impl Sandbox {
@@ -273,8 +264,13 @@ impl Sandbox {
         &self.host_limits
     }
 
+    /// The optimized tier (Cranelift's).
+    pub(crate) fn optimized(&self) -> &Tier {
+        &self.optimized
+    }
+
     /// The baseline tier, made now if this is its first use.
-    fn baseline(&self) -> Result<&Tier, &str> {
+    pub(crate) fn baseline(&self) -> Result<&Tier, &str> {
         self.baseline
             .get_or_init(|| {
                 engine::build_baseline_engine()
@@ -283,202 +279,6 @@ impl Sandbox {
             })
             .as_ref()
             .map_err(String::as_str)
-    }
-
-    /// Compiles `source` in the compile helper under `limits`' compile
-    /// limits, with the compiler `tiering` chooses (or maps it from the
-    /// cache), and checks that it targets the contributor world. The
-    /// component carries `limits`.
-    pub(crate) fn load(
-        self: &Arc<Self>,
-        origin: &str,
-        source: Source<'_>,
-        cache: &ArtifactCache,
-        compiler: &Arc<Compiler>,
-        limits: &Limits,
-        tiering: Tiering,
-    ) -> Result<ContributorComponent, LoadError> {
-        let fail = |kind: LoadErrorKind| LoadError::new(origin, kind);
-        let bounds = Bounds::of(limits);
-        let compile_for = |tier: &Tier, urgency| {
-            compiling(compiler, origin, bounds, engine_tag(&tier.engine), urgency)
-        };
-        let optimized = &self.optimized;
-        // Optimized code in the cache is used whatever the tiering.
-        let found = match tiering {
-            Tiering::Optimized => None,
-            Tiering::Background | Tiering::Baseline => match source {
-                Source::File(path) => cache.lookup_file(&optimized.engine, path, true),
-                Source::Bytes(bytes) => cache.lookup_bytes(&optimized.engine, bytes),
-            },
-        };
-        let baseline = match (&found, tiering) {
-            (None, Tiering::Background | Tiering::Baseline) => match self.baseline() {
-                Ok(tier) => Some(tier),
-                Err(why) => {
-                    tracing::warn!("cannot compile with Winch ({why}); compiling with Cranelift");
-                    None
-                }
-            },
-            _ => None,
-        };
-        let loaded = match (found, baseline) {
-            (_, Some(tier)) => {
-                let compile = compile_for(tier, Urgency::Now);
-                let loaded = load_from(cache, &tier.engine, source, &bounds, compile, false);
-                let loaded = loaded.map_err(fail)?;
-                let linked = (loaded.component.open(&tier.engine))
-                    .map_err(LoadErrorKind::Cache)
-                    .and_then(|component| tier.link(&component, CodeTier::Baseline))
-                    .map_err(fail)?;
-                let tier_up = (tiering == Tiering::Background).then(|| {
-                    let kept = match source {
-                        Source::File(path) => Kept::File(path.to_path_buf()),
-                        Source::Bytes(bytes) => Kept::Bytes(bytes.into()),
-                    };
-                    let compile = compile_for(optimized, Urgency::Background);
-                    let tier_up =
-                        self.tier_up(kept, loaded.content.clone(), cache, bounds, compile);
-                    // Its warning names the component, as a load error does.
-                    let origin = crate::input::escape_controls(origin).into_owned();
-                    Box::new(move || tier_up().map_err(|e| format!("{origin}: {e}")))
-                        as component::Open
-                });
-                (
-                    loaded.content,
-                    loaded.held,
-                    Opening::tiered(linked, tier_up),
-                    &tier.engine,
-                )
-            }
-            (found, None) => {
-                let loaded = match found {
-                    Some(loaded) => loaded,
-                    None => {
-                        let compile = compile_for(optimized, Urgency::Now);
-                        load_from(cache, &optimized.engine, source, &bounds, compile, true)
-                            .map_err(fail)?
-                    }
-                };
-                let compile = compile_for(optimized, Urgency::Now);
-                let opening = self.opening(&loaded, source, cache, bounds, compile);
-                (
-                    loaded.content,
-                    loaded.held,
-                    opening.map_err(fail)?,
-                    &optimized.engine,
-                )
-            }
-        };
-        let (content, held, linked, engine) = loaded;
-        Ok(ContributorComponent {
-            origin: origin.to_string(),
-            content: content.into(),
-            linked: Arc::new(linked),
-            config: Arc::default(),
-            limits: limits.clone(),
-            on_error: OnError::default(),
-            grants: Grants::default(),
-            signer: crate::signature::Signer::Unsigned,
-            checked_under: None,
-            _held: held,
-            engine: engine.clone(),
-        })
-    }
-
-    /// The [`Opening`] of optimized code the cache handed over: linked now
-    /// if it was deserialized, else when first needed (see [`Later`]).
-    fn opening(
-        self: &Arc<Self>,
-        loaded: &Loaded,
-        source: Source<'_>,
-        cache: &ArtifactCache,
-        bounds: Bounds,
-        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static,
-    ) -> Result<Opening, LoadErrorKind> {
-        match (&loaded.component, source) {
-            (Opened::Later(artifact), Source::File(path)) => {
-                let (sandbox, cache) = (Arc::clone(self), cache.clone());
-                let (artifact, path) = (artifact.clone(), path.to_path_buf());
-                let content = loaded.content.clone();
-                Ok(Opening::deferred(Box::new(move || {
-                    let later = Later {
-                        artifact: &artifact,
-                        path: &path,
-                        content: &content,
-                    };
-                    sandbox.open_later(later, &cache, &bounds, compile)
-                })))
-            }
-            (component, _) => {
-                let linked = (component.open(&self.optimized.engine))
-                    .map_err(LoadErrorKind::Cache)
-                    .and_then(|component| self.optimized.link(&component, CodeTier::Optimized))?;
-                cache.mark_linked(loaded.linked.as_deref());
-                Ok(Opening::ready(linked))
-            }
-        }
-    }
-
-    /// Compiles `kept` for the optimized tier (see [`Tiering::Background`])
-    /// and links it, for the [`Opening`] of its baseline code. The file
-    /// must still hold the bytes loaded then, whose SHA-256 is `content`.
-    fn tier_up(
-        self: &Arc<Self>,
-        kept: Kept,
-        content: String,
-        cache: &ArtifactCache,
-        bounds: Bounds,
-        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static,
-    ) -> component::Open {
-        let (sandbox, cache) = (Arc::clone(self), cache.clone());
-        Box::new(move || {
-            let optimized = &sandbox.optimized;
-            let source = match &kept {
-                Kept::File(path) => Source::File(path),
-                Kept::Bytes(bytes) => Source::Bytes(bytes),
-            };
-            let loaded = load_from(&cache, &optimized.engine, source, &bounds, compile, false)?;
-            if loaded.content != content
-                && let Kept::File(path) = &kept
-            {
-                return Err(changed(path, &content, &loaded.content));
-            }
-            let component = loaded.component.open(&optimized.engine)?;
-            let mut linked = optimized.link(&component, CodeTier::Optimized)?;
-            cache.mark_linked(loaded.linked.as_deref());
-            linked._held = Some(loaded.held);
-            Ok(linked)
-        })
-    }
-
-    /// Opens an artifact the cache vouched for at load. If wasmtime refuses
-    /// it now, the file is loaded again as on a cold cache (recompiled),
-    /// provided its bytes are still the ones loaded then.
-    fn open_later(
-        &self,
-        later: Later<'_>,
-        cache: &ArtifactCache,
-        bounds: &Bounds,
-        compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    ) -> Result<Linked, String> {
-        let engine = &self.optimized.engine;
-        let component = match crate::cache::deserialize(engine, later.artifact) {
-            Ok(component) => component,
-            Err(err) => {
-                tracing::warn!(
-                    "unusable precompiled artifact {}: {err}; loading {} again",
-                    later.artifact.display(),
-                    later.path.display()
-                );
-                let again = cache.load_file(engine, later.path, bounds, compile, false)?;
-                if again.content != later.content {
-                    return Err(changed(later.path, later.content, &again.content));
-                }
-                again.component.open(engine)?
-            }
-        };
-        Ok(self.optimized.link(&component, CodeTier::Optimized)?)
     }
 
     /// Runs `declare` in a fresh instance.
@@ -836,56 +636,6 @@ impl Sandbox {
     /// Guest memory that finished stores still hold, in bytes.
     pub(crate) fn retired_bytes(&self) -> usize {
         self.retired.lock().unwrap_or_else(|p| p.into_inner()).bytes
-    }
-}
-
-/// A component's bytes, kept for its tier-up.
-enum Kept {
-    /// Its file, read again then.
-    File(std::path::PathBuf),
-    /// Its bytes, held until then.
-    Bytes(Arc<[u8]>),
-}
-
-/// The error for a component file whose bytes changed since its load.
-fn changed(path: &std::path::Path, was: &str, now: &str) -> String {
-    format!(
-        "{} changed since it was loaded: its SHA-256 was {was}, now {now}",
-        crate::input::escape_controls(&path.display().to_string()),
-    )
-}
-
-/// `source` from `cache`, compiled with `compile` on a miss (see
-/// [`ArtifactCache::load_file`] for `defer`).
-fn load_from(
-    cache: &ArtifactCache,
-    engine: &Engine,
-    source: Source<'_>,
-    bounds: &Bounds,
-    compile: impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError>,
-    defer: bool,
-) -> Result<Loaded, LoadErrorKind> {
-    match source {
-        Source::File(path) => cache.load_file(engine, path, bounds, compile, defer),
-        Source::Bytes(bytes) => cache.load_bytes(engine, bytes, bounds, compile),
-    }
-}
-
-/// Compiles a component's bytes for the engine tagged `tag`, in
-/// `compiler`'s helper, under `bounds`.
-fn compiling(
-    compiler: &Arc<Compiler>,
-    origin: &str,
-    bounds: Bounds,
-    tag: String,
-    urgency: Urgency,
-) -> impl FnOnce(&[u8]) -> Result<Vec<u8>, CompileError> + Send + 'static {
-    let (compiler, origin) = (Arc::clone(compiler), origin.to_string());
-    move |bytes: &[u8]| {
-        if !is_component(bytes) {
-            return Err(CompileError::NotAComponent(not_a_component(bytes)));
-        }
-        compiler.compile_reported(&origin, bytes, &bounds, &tag, urgency)
     }
 }
 

@@ -1,0 +1,196 @@
+//! Collection: one execution's overlay, from the built-ins and every
+//! contributor's checked pairs, and the instances made ahead of calls.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::declaration::check_value;
+use crate::execution::ToolExecution;
+use crate::keys::{BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
+use crate::limits::{Limits, Phase};
+use crate::overlay::Overlay;
+use crate::sandbox::{Call, GuestFailure, Preparation};
+use crate::spec::OnError;
+
+use super::error::{ContributorError, FailureCause, KeysNote};
+use super::state::{Entry, Registry, Resolver};
+
+/// An overlay, and the contributors left out of it under `on_error = "omit"`.
+#[derive(Debug, Clone)]
+pub struct Collection {
+    /// The overlay.
+    pub overlay: Overlay,
+    /// Failures that were omitted rather than failing the execution.
+    pub omitted: Vec<ContributorError>,
+}
+
+impl Registry {
+    /// Builds the overlay for one execution: the built-ins, then every
+    /// contributor (in name order) resolved in a fresh instance. The set of
+    /// contributors is the one registered when the call starts.
+    pub async fn collect(&self, execution: &ToolExecution) -> Result<Overlay, ContributorError> {
+        Ok(self.collect_report(execution).await?.overlay)
+    }
+
+    /// Does the work `collect` leaves for later, so that it is off the
+    /// caller's path: drops the instances of finished calls, then makes one
+    /// fresh instance of each contributor that has none ready, for its next
+    /// call. An instance serves one call and is never reused. The bash tool
+    /// runs this while its child starts; without it, `collect` instantiates
+    /// at the call and drops each instance at the end of its call.
+    pub async fn prepare(&self) {
+        self.inner.runtime.sandbox.reclaim();
+        for entry in self.inner.snapshot().values() {
+            let Resolver::Wasm(wasm) = &entry.resolver else {
+                continue;
+            };
+            if wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some() {
+                continue;
+            }
+            match self.inner.runtime.sandbox.prepare(&wasm.component).await {
+                // A concurrent `prepare` may have filled it meanwhile; then
+                // this one is dropped.
+                Preparation::Ready(prepared) => {
+                    let mut ready = wasm.ready();
+                    if ready.is_none() {
+                        *ready = Some(prepared);
+                    }
+                }
+                Preparation::Busy => break,
+                Preparation::Unsuitable => wasm.unsuitable.store(true, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// How many contributors have an instance made ahead of their next call.
+    pub fn prepared(&self) -> usize {
+        let snapshot = self.inner.snapshot();
+        let ready = |entry: &&Arc<Entry>| match &entry.resolver {
+            Resolver::Wasm(wasm) => wasm.ready().is_some(),
+            Resolver::Native(_) => false,
+        };
+        snapshot.values().filter(ready).count()
+    }
+
+    /// Whether [`Registry::prepare`] has nothing to make: every WASM
+    /// contributor that can have an instance made ahead has one.
+    pub fn is_prepared(&self) -> bool {
+        let snapshot = self.inner.snapshot();
+        snapshot.values().all(|entry| match &entry.resolver {
+            Resolver::Wasm(wasm) => {
+                wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some()
+            }
+            Resolver::Native(_) => true,
+        })
+    }
+
+    /// [`Registry::collect`], also reporting the contributors that failed
+    /// under `on_error = "omit"` and were left out.
+    pub async fn collect_report(
+        &self,
+        execution: &ToolExecution,
+    ) -> Result<Collection, ContributorError> {
+        let mut omitted = Vec::new();
+        let snapshot = self.inner.snapshot();
+        let mut overlay = BTreeMap::new();
+        let builtin = |key: &str| DshKey::new(key).expect("built-in keys are valid");
+        // `DshHome` refuses control characters when it is made, and `1` is
+        // `1`; only the session id comes from the caller, checked by the
+        // value rules: a Rust caller can build a `ToolExecution` whose
+        // session id holds a newline, or a megabyte.
+        overlay.insert(builtin(DSH_HOME), self.inner.home.as_str().to_string());
+        overlay.insert(builtin(DSH_SHELL), "1".to_string());
+        if let Some(agent) = &execution.agent {
+            let max_value_bytes = Limits::default().max_value_bytes;
+            check_value(DSH_SESSION_ID, &agent.session_id, max_value_bytes).map_err(|problem| {
+                ContributorError {
+                    contributor: BUILTIN_OWNER.to_string(),
+                    phase: Phase::Resolve,
+                    cause: problem.into(),
+                    keys: KeysNote::default(),
+                }
+            })?;
+            overlay.insert(builtin(DSH_SESSION_ID), agent.session_id.clone());
+        }
+        // Converted for the guests once, when the first one needs it.
+        let mut call = None;
+        for entry in snapshot.values() {
+            match self.resolve_entry(entry, execution, &mut call).await {
+                Ok(checked) => overlay.extend(checked),
+                Err(err) if entry.on_error == OnError::Omit => {
+                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                    omitted.push(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Collection {
+            overlay: Overlay::from(overlay),
+            omitted,
+        })
+    }
+
+    /// The contributor `name` alone, for one execution, under its
+    /// `on_error` policy: its checked keys (no built-ins) as the overlay, or
+    /// its omitted failure. `None` when no contributor has that name. A
+    /// registry that resolves contributors one at a time (the reference
+    /// harness's `ctx.shellEnv`) calls this for each.
+    pub async fn collect_contributor(
+        &self,
+        name: &str,
+        execution: &ToolExecution,
+    ) -> Result<Option<Collection>, ContributorError> {
+        let snapshot = self.inner.snapshot();
+        let Some(entry) = snapshot.get(name) else {
+            return Ok(None);
+        };
+        let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
+            match self.resolve_entry(entry, execution, &mut None).await {
+                Ok(checked) => (checked.into_iter().collect(), Vec::new()),
+                Err(err) if entry.on_error == OnError::Omit => {
+                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                    (BTreeMap::new(), vec![err])
+                }
+                Err(err) => return Err(err),
+            };
+        Ok(Some(Collection {
+            overlay: Overlay::from(overlay),
+            omitted,
+        }))
+    }
+
+    /// One contributor's checked pairs for `execution`, in a fresh instance
+    /// (or the one made ahead); `call` is the execution in the guests' form,
+    /// made by the first guest that needs it.
+    async fn resolve_entry<'a>(
+        &self,
+        entry: &Entry,
+        execution: &'a ToolExecution,
+        call: &mut Option<Call<'a>>,
+    ) -> Result<Vec<(DshKey, String)>, ContributorError> {
+        let fail = |cause: FailureCause| ContributorError {
+            contributor: entry.declaration.name().to_string(),
+            phase: Phase::Resolve,
+            cause,
+            keys: KeysNote(entry.declaration.key_list()),
+        };
+        let pairs = match &entry.resolver {
+            Resolver::Wasm(wasm) => {
+                let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                let call = call.get_or_insert_with(|| Call::new(execution));
+                let sandbox = &self.inner.runtime.sandbox;
+                sandbox.resolve(&wasm.component, name, call, prepared).await
+            }
+            Resolver::Native(native) => native.resolve(execution).map_err(GuestFailure::GuestError),
+        };
+        pairs
+            .map_err(FailureCause::from)
+            .and_then(|pairs| {
+                (entry.declaration)
+                    .check_output(pairs, &entry.limits)
+                    .map_err(FailureCause::from)
+            })
+            .map_err(fail)
+    }
+}

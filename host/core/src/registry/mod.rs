@@ -1,0 +1,20 @@
+//! The registry: which contributors exist, which keys each owns, and
+//! `collect`, which turns one execution into one overlay.
+//!
+//! Bottom to top: what it holds (`state`), why things fail (`error`), how
+//! it is built (`builder`), admission (`admission`: load, pin, signature,
+//! store), registration and listing (`registration`), collection
+//! (`collection`). Each file adds its own `impl Registry`.
+
+mod admission;
+mod builder;
+mod collection;
+mod error;
+mod registration;
+mod state;
+
+pub use builder::RegistryBuilder;
+pub use collection::Collection;
+pub use error::{ContributorError, FailureCause, RegistryError};
+pub use registration::{ContributorListing, KeyListing};
+pub use state::{NativeContributor, Registration, Registry};
