@@ -359,7 +359,7 @@ fn every_json_output_carries_its_format_version() {
         (
             &["check", AGENT_LINEAGE, "--home", &home, "--json"],
             &[
-                "file", "sha256", "signer", "name", "keys", "imports", "problems",
+                "file", "sha256", "signer", "name", "keys", "imports", "dry_run", "problems",
             ],
         ),
         (
