@@ -19,6 +19,7 @@ mod list;
 mod network;
 mod new;
 mod output;
+mod pull;
 mod push;
 mod resolve;
 mod run;
@@ -70,6 +71,10 @@ enum Command {
     /// Push a component (and `<file>.minisig`, if present) to an OCI
     /// registry as a Wasm artifact; prints the digest-pinned reference.
     Push(push::Args),
+    /// Fill the home's store with every `oci://…@sha256:…` artifact a
+    /// reviewed manifest pins (no prompt, no manifest change); exit 1 naming
+    /// each one that is not there after.
+    Pull(pull::Args),
     /// Run a scripted parent and child agent in a temporary home and show
     /// what each shell and each hook saw.
     Demo {
@@ -197,6 +202,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Explain(args) => explain::run(args).await,
         Command::Push(args) => push::run(args).await,
+        Command::Pull(args) => pull::run(args).await,
         Command::Demo { manifest } => {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

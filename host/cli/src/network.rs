@@ -1,4 +1,4 @@
-//! How `add` and `push` reach a registry: `--plain-http` and the deadline
+//! How `add`, `pull` and `push` reach a registry: `--plain-http` and the deadline
 //! of the whole pull or push.
 
 use std::time::Duration;
