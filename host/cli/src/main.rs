@@ -16,6 +16,7 @@ mod explain;
 mod failure;
 mod home;
 mod list;
+mod login;
 mod network;
 mod new;
 mod output;
@@ -75,6 +76,10 @@ enum Command {
     /// reviewed manifest pins (no prompt, no manifest change); exit 1 naming
     /// each one that is not there after.
     Pull(pull::Args),
+    /// Check a registry's username and password (read from stdin) and store
+    /// them in the Docker config (or its credential helper) for push, add
+    /// and pull.
+    Login(login::Args),
     /// Run a scripted parent and child agent in a temporary home and show
     /// what each shell and each hook saw.
     Demo {
@@ -203,6 +208,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Explain(args) => explain::run(args).await,
         Command::Push(args) => push::run(args).await,
         Command::Pull(args) => pull::run(args).await,
+        Command::Login(args) => login::run(args).await,
         Command::Demo { manifest } => {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

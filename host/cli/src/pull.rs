@@ -66,7 +66,6 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         Tiering::Baseline
     };
     let registry = open_home_registry(home, tiering, Some(&manifest))?;
-    let options = args.network.options();
 
     // One pull per artifact, however many entries pin it.
     let mut seen = BTreeSet::new();
@@ -83,7 +82,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             continue;
         };
         let shown = escape_controls(&reference.to_string()).into_owned();
-        let outcome = pull_one(&registry, &store, spec, &options, args.optimize).await;
+        let outcome = pull_one(&registry, &store, spec, &args.network, args.optimize).await;
         let counter = format!("[{}/{}]", index + 1, pinned.len());
         match outcome {
             Outcome::Present => {
@@ -134,7 +133,7 @@ async fn pull_one(
     registry: &Registry,
     store: &Store,
     spec: &ContributorSpec,
-    options: &dsh_env_oci::Options,
+    network: &NetworkArgs,
     optimize: bool,
 ) -> Outcome {
     let ContributorSource::Oci(reference) = &spec.source else {
@@ -146,7 +145,12 @@ async fn pull_one(
         }
         return Outcome::Present;
     }
-    let fetched = match dsh_env_oci::fetch(reference, options).await {
+    // Credentials are looked up only for what must be fetched.
+    let options = match network.options(reference) {
+        Ok(options) => options,
+        Err(failure) => return Outcome::Failed(failure.message),
+    };
+    let fetched = match dsh_env_oci::fetch(reference, &options).await {
         Ok(fetched) => fetched,
         Err(e) => return Outcome::Failed(e.to_string()),
     };
