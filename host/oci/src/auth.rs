@@ -137,10 +137,10 @@ impl AuthFiles {
             if let Some(helper) = config.cred_helpers.get(registry) {
                 return from_helper(helper, registry);
             }
-            if let Some(entry) = config.entry(registry) {
-                if let Some(credential) = entry.credential(&shown, registry)? {
-                    return Ok(Some(credential));
-                }
+            if let Some(entry) = config.entry(registry)
+                && let Some(credential) = entry.credential(&shown, registry)?
+            {
+                return Ok(Some(credential));
             }
             if let Some(store) = &config.creds_store {
                 return from_helper(store, registry);
