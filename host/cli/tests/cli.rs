@@ -2769,17 +2769,23 @@ fn requiring(key: &SigningKey) -> String {
     )
 }
 
+/// An `author` key, and copies of agent-lineage and call-trace it signed.
+fn signed_copies(f: &Fixture) -> (SigningKey, PathBuf, PathBuf) {
+    let author = SigningKey::new(f.dir.path(), "author");
+    let (lineage, trace) = (
+        component_copy(f, AGENT_LINEAGE, "lineage.wasm"),
+        component_copy(f, CALL_TRACE, "trace.wasm"),
+    );
+    author.sign(&lineage);
+    author.sign(&trace);
+    (author, lineage, trace)
+}
+
 #[test]
 fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_registry_leaves_alone() {
     let f = Fixture::new();
     let mut registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(f.dir.path(), "author");
-    let (lineage, trace) = (
-        component_copy(&f, AGENT_LINEAGE, "lineage.wasm"),
-        component_copy(&f, CALL_TRACE, "trace.wasm"),
-    );
-    author.sign(&lineage);
-    author.sign(&trace);
+    let (author, lineage, trace) = signed_copies(&f);
     let target = format!("{}/dsh/tool:v1", registry.host());
     assert!(push(&f, &lineage, &target, &[]).status.success());
 
@@ -3033,13 +3039,7 @@ fn pull(f: &Fixture, m: &str, home: &str, extra: &[&str]) -> Output {
 fn pull_fills_a_fresh_home_from_a_reviewed_manifest_once_and_it_then_loads_offline() {
     let f = Fixture::new();
     let mut registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(f.dir.path(), "author");
-    let (lineage, trace) = (
-        component_copy(&f, AGENT_LINEAGE, "lineage.wasm"),
-        component_copy(&f, CALL_TRACE, "trace.wasm"),
-    );
-    author.sign(&lineage);
-    author.sign(&trace);
+    let (author, lineage, trace) = signed_copies(&f);
     let manifest = f.write("m.toml", &requiring(&author));
     let m = manifest.to_str().unwrap();
     // The author's machine: push, then `add` reviews and pins each.
