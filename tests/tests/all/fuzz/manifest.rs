@@ -133,7 +133,7 @@ fn limit_value(rng: &mut Rng, field: &str) -> (String, bool) {
         "max_keys" | "max_pairs" => 0..=1 << 20,
         _ => 0..=512 << 20,
     };
-    let value: &str = *rng.pick(&[
+    let value = *rng.pick(&[
         "0",
         "1",
         "64",
