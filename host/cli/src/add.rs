@@ -127,7 +127,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         pulled,
     ) = match oci {
         Some(text) => {
-            let (located, pulled) = pull(text, &manifest, &args.network.options()).await?;
+            let (located, pulled) = pull(text, &manifest, &args.network).await?;
             (located, Some(pulled))
         }
         None => (locate_file(&args.source, &manifest, &base_dir)?, None),
@@ -250,10 +250,10 @@ fn locate_file(source: &Path, manifest: &Manifest, base_dir: &Path) -> CliResult
 async fn pull(
     reference: &str,
     manifest: &Manifest,
-    options: &dsh_env_oci::Options,
+    network: &NetworkArgs,
 ) -> CliResult<(Located, dsh_env_oci::Pulled)> {
     let reference = OciReference::parse(reference).map_err(Failure::config)?;
-    let pulled = dsh_env_oci::fetch(&reference, options)
+    let pulled = dsh_env_oci::fetch(&reference, &network.options(&reference)?)
         .await
         .map_err(Failure::config)?;
     let pinned = pulled.artifact().reference.clone();

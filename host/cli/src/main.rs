@@ -16,9 +16,11 @@ mod explain;
 mod failure;
 mod home;
 mod list;
+mod login;
 mod network;
 mod new;
 mod output;
+mod pull;
 mod push;
 mod resolve;
 mod run;
@@ -71,6 +73,14 @@ enum Command {
     /// Push a component (and `<file>.minisig`, if present) to an OCI
     /// registry as a Wasm artifact; prints the digest-pinned reference.
     Push(push::Args),
+    /// Fill the home's store with every `oci://…@sha256:…` artifact a
+    /// reviewed manifest pins (no prompt, no manifest change); exit 1 naming
+    /// each one that is not there after.
+    Pull(pull::Args),
+    /// Check a registry's username and password (read from stdin) and store
+    /// them in the Docker config (or its credential helper) for push, add
+    /// and pull.
+    Login(login::Args),
     /// Run a scripted parent and child agent in a temporary home and show
     /// what each shell and each hook saw.
     Demo {
@@ -211,6 +221,8 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Check(args) => check::run(args).await,
         Command::Explain(args) => explain::run(args).await,
         Command::Push(args) => push::run(args).await,
+        Command::Pull(args) => pull::run(args).await,
+        Command::Login(args) => login::run(args).await,
         Command::Demo { manifest } => {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

@@ -1,7 +1,12 @@
-//! How `add` and `push` reach a registry: `--plain-http` and the deadline
-//! of the whole pull or push.
+//! How `add`, `pull`, `push` and `login` reach a registry: `--plain-http`,
+//! the deadline of the whole pull or push, and the stored credential.
 
 use std::time::Duration;
+
+use dsh_env::OciReference;
+use dsh_env_oci::AuthFiles;
+
+use crate::failure::{CliResult, Failure};
 
 /// The variable that sets the network deadline when the flag is not given.
 pub(crate) const NETWORK_TIMEOUT_VAR: &str = "DSH_ENV_NETWORK_TIMEOUT_SECS";
@@ -27,12 +32,24 @@ pub(crate) struct NetworkArgs {
 }
 
 impl NetworkArgs {
-    /// The options these flags ask for.
-    pub(crate) fn options(&self) -> dsh_env_oci::Options {
+    /// The options these flags ask for, with no credential.
+    pub(crate) fn anonymous(&self) -> dsh_env_oci::Options {
         dsh_env_oci::Options {
             plain_http: self.plain_http,
             deadline: Duration::from_secs(self.network_timeout_secs),
             ..dsh_env_oci::Options::default()
         }
+    }
+
+    /// The options these flags ask for, with the credential stored for
+    /// `reference`'s registry where the container tools keep them (see
+    /// `dsh_env_oci::AuthFiles::from_env`), if there is one.
+    pub(crate) fn options(&self, reference: &OciReference) -> CliResult<dsh_env_oci::Options> {
+        let credential = (AuthFiles::from_env().credential(reference.registry()))
+            .map_err(|e| Failure::config(format!("{reference}: {e}")))?;
+        Ok(dsh_env_oci::Options {
+            credential,
+            ..self.anonymous()
+        })
     }
 }

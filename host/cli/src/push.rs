@@ -51,7 +51,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         }
         Err(e) => return Err(Failure::config(format!("cannot read signature {e}"))),
     };
-    let options = args.network.options();
+    let options = args.network.options(&reference)?;
     let pinned = dsh_env_oci::push(&wasm, signature.as_deref(), &reference, &options)
         .await
         .map_err(Failure::config)?;

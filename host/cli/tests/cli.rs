@@ -2921,17 +2921,23 @@ fn requiring(key: &SigningKey) -> String {
     )
 }
 
+/// An `author` key, and copies of agent-lineage and call-trace it signed.
+fn signed_copies(f: &Fixture) -> (SigningKey, PathBuf, PathBuf) {
+    let author = SigningKey::new(f.dir.path(), "author");
+    let (lineage, trace) = (
+        component_copy(f, AGENT_LINEAGE, "lineage.wasm"),
+        component_copy(f, CALL_TRACE, "trace.wasm"),
+    );
+    author.sign(&lineage);
+    author.sign(&trace);
+    (author, lineage, trace)
+}
+
 #[test]
 fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_registry_leaves_alone() {
     let f = Fixture::new();
     let mut registry = dsh_env_test_registry::TestRegistry::start();
-    let author = SigningKey::new(f.dir.path(), "author");
-    let (lineage, trace) = (
-        component_copy(&f, AGENT_LINEAGE, "lineage.wasm"),
-        component_copy(&f, CALL_TRACE, "trace.wasm"),
-    );
-    author.sign(&lineage);
-    author.sign(&trace);
+    let (author, lineage, trace) = signed_copies(&f);
     let target = format!("{}/dsh/tool:v1", registry.host());
     assert!(push(&f, &lineage, &target, &[]).status.success());
 
@@ -3172,6 +3178,297 @@ fn a_declined_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifes
     );
     assert_config_error(&output, &["missing.toml"]);
     assert_eq!(stored_blobs(&f), left);
+}
+
+/// `dsh-env pull --manifest <m> --home <home>` (plus `extra`), run in `f`.
+fn pull(f: &Fixture, m: &str, home: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["pull", "--manifest", m, "--home", home];
+    args.extend(extra);
+    f.run(&args, &[])
+}
+
+#[test]
+fn pull_fills_a_fresh_home_from_a_reviewed_manifest_once_and_it_then_loads_offline() {
+    let f = Fixture::new();
+    let mut registry = dsh_env_test_registry::TestRegistry::start();
+    let (author, lineage, trace) = signed_copies(&f);
+    let manifest = f.write("m.toml", &requiring(&author));
+    let m = manifest.to_str().unwrap();
+    // The author's machine: push, then `add` reviews and pins each.
+    for (file, repository) in [(&lineage, "dsh/lineage:v1"), (&trace, "dsh/trace:v1")] {
+        let target = format!("{}/{repository}", registry.host());
+        assert!(push(&f, file, &target, &[]).status.success());
+        let tagged = format!("oci://{target}");
+        let added = f.run(
+            &[
+                "add",
+                &tagged,
+                "--manifest",
+                m,
+                "--home",
+                "author-home",
+                "--yes",
+            ],
+            &[],
+        );
+        assert!(added.status.success(), "{}", stderr(&added));
+    }
+    let reviewed = std::fs::read_to_string(&manifest).unwrap();
+
+    // A worker: an empty home, the reviewed manifest, no prompt.
+    let worker = f.path("worker").display().to_string();
+    let output = pull(&f, m, &worker, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "2 of 2 artifacts in the store (2 pulled, 0 already there)\n"
+    );
+    assert_eq!(stderr(&output), "", "no progress lines off a terminal");
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), reviewed);
+
+    // The registry stopped: a second pull needs nothing from it, and the
+    // manifest loads from the store.
+    registry.stop();
+    let output = pull(&f, m, &worker, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("(0 pulled, 2 already there)"),
+        "{}",
+        stdout(&output)
+    );
+    let mut args = f.with_setup("resolve", m, &worker);
+    args.extend(["--execution", "execution.json"]);
+    let output = f.run(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let overlay = stdout(&output);
+    assert!(
+        overlay.contains("DSH_PARENT_SESSION_ID=parent-1\n")
+            && overlay.contains("DSH_TRACEPARENT="),
+        "{overlay}"
+    );
+
+    // On a terminal, a line per artifact; --optimize compiles each with
+    // Cranelift into the cache, beside the baseline code the checks made.
+    let cached = || {
+        let output = f.run(&["cache", "list", "--json", "--home", &worker], &[]);
+        let listing: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+        listing["entries"].as_array().unwrap().len()
+    };
+    let baseline = cached();
+    assert_eq!(baseline, 2, "the checks compiled each once");
+    let shown = f.on_terminal(
+        &["pull", "--manifest", m, "--home", &worker, "--optimize"],
+        "",
+    );
+    let text = stdout(&shown);
+    assert!(shown.status.success(), "{text}");
+    for needle in [
+        "[1/2] oci://127.0.0.1:",
+        "[2/2] oci://",
+        ": already in the store",
+    ] {
+        assert!(text.contains(needle), "`{needle}` not in: {text}");
+    }
+    assert_eq!(cached(), 4, "optimized code beside the baseline's");
+}
+
+#[test]
+fn pull_names_each_artifact_it_cannot_store_and_stores_none_of_a_refused_one() {
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start();
+    let author = SigningKey::new(f.dir.path(), "author");
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let trace = component_copy(&f, CALL_TRACE, "trace.wasm");
+    author.sign(&trace);
+    let pushed = |file: &Path, repository: &str| {
+        let output = push(&f, file, &format!("{}/{repository}", registry.host()), &[]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output).trim().to_string()
+    };
+    let unsigned = pushed(&lineage, "dsh/unsigned:v1");
+    let signed = pushed(&trace, "dsh/trace:v1");
+    let absent = format!(
+        "oci://{}/dsh/absent@sha256:{}",
+        registry.host(),
+        "ab".repeat(32)
+    );
+    let mut text = requiring(&author);
+    for source in [&unsigned, &signed, &absent] {
+        text.push_str(&format!("\n[[contributor]]\nsource = {source:?}\n"));
+    }
+    let manifest = f.write("m.toml", &text);
+    let (m, home) = (manifest.to_str().unwrap(), f.home());
+
+    let output = pull(&f, m, &home, &[]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        stdout(&output).contains("1 of 3 artifacts in the store (1 pulled"),
+        "{}",
+        stdout(&output)
+    );
+    for needle in [
+        &format!("[1/3] not in the store: {unsigned}"),
+        "is not signed",
+        &format!("[3/3] not in the store: {absent}: unknown manifest digest"),
+        &format!("2 of 3 artifacts pinned by {m} are not in the store: {unsigned}, {absent}"),
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in: {err}");
+    }
+    assert!(!err.contains(&signed), "{err}");
+    let stored = stored_blobs(&f);
+    assert_eq!(stored.len(), 3, "only the signed artifact: {stored:?}");
+    assert!(stored.contains(&sha256_of(CALL_TRACE)), "{stored:?}");
+    assert!(!stored.contains(&sha256_of(AGENT_LINEAGE)), "{stored:?}");
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), text);
+
+    // A manifest that does not parse is a configuration error: exit 2.
+    let broken = f.write(
+        "broken.toml",
+        "[[contributor]]\nsource = \"oci://x/y:v1\"\n",
+    );
+    let output = pull(&f, broken.to_str().unwrap(), &home, &[]);
+    assert_config_error(&output, &["broken.toml", "not pinned by digest"]);
+}
+
+/// `f.command(args, env)` with `input` on its stdin.
+fn run_with_stdin(f: &Fixture, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+    output_within(
+        f.command(args, env),
+        Stdio::piped(),
+        Some(input.as_bytes().to_vec()),
+    )
+}
+
+#[test]
+fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_shows_the_password()
+{
+    use base64::Engine as _;
+    const PASSWORD: &str = "s3cret-Pa55word";
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start_with_login("fleet", PASSWORD);
+    let host = registry.host();
+    let docker = f.path("docker").display().to_string();
+    let env = [("DOCKER_CONFIG", docker.as_str())];
+    let config = f.path("docker/config.json");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("fleet:{PASSWORD}"));
+    let mut outputs = Vec::new();
+    let mut keep = |output: Output| {
+        outputs.push(format!("{}{}", stdout(&output), stderr(&output)));
+        output
+    };
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let target = format!("{host}/dsh/private:v1");
+    let push = |env: &[(&str, &str)]| f.run(&["push", lineage.to_str().unwrap(), &target], env);
+
+    // No credentials: refused, naming the registry and what to run.
+    let output = keep(push(&env));
+    assert_config_error(
+        &output,
+        &[
+            &host,
+            "asks for credentials",
+            &format!("`dsh-env login {host}`"),
+        ],
+    );
+    // A wrong password is named plainly, and nothing is stored.
+    let login = [
+        "login",
+        host.as_str(),
+        "--username",
+        "fleet",
+        "--password-stdin",
+    ];
+    let output = keep(run_with_stdin(&f, &login, &env, "not-it\n"));
+    assert_config_error(
+        &output,
+        &[
+            &host,
+            "refused the username `fleet`",
+            "wrong username or password",
+        ],
+    );
+    assert!(!config.exists());
+
+    let output = keep(run_with_stdin(&f, &login, &env, &format!("{PASSWORD}\n")));
+    assert!(output.status.success(), "{}", stderr(&output));
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(stored["auths"][&host]["auth"], encoded.as_str());
+
+    // Push, add and pull with the stored login.
+    let output = keep(push(&env));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let manifest = f.write("m.toml", "");
+    let m = manifest.to_str().unwrap();
+    let tagged = format!("oci://{target}");
+    let output = keep(f.run(
+        &["add", &tagged, "--manifest", m, "--home", "author", "--yes"],
+        &env,
+    ));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pull =
+        |home: &str, env: &[(&str, &str)]| f.run(&["pull", "--manifest", m, "--home", home], env);
+    let output = keep(pull("worker", &env));
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // A stale password in the file: the pull names the refusal.
+    let wrong = base64::engine::general_purpose::STANDARD.encode("fleet:old-password");
+    std::fs::write(
+        &config,
+        format!(r#"{{"auths": {{"{host}": {{"auth": "{wrong}"}}}}}}"#),
+    )
+    .unwrap();
+    let output = keep(pull("worker-2", &env));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("wrong username or password"),
+        "{}",
+        stderr(&output)
+    );
+
+    // $REGISTRY_AUTH_FILE comes first; its credHelpers entry runs
+    // docker-credential-<name> (the registry on its stdin).
+    let bin = f.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let helper = bin.join("docker-credential-fleet-test");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nread server\n[ \"$1\" = get ] && [ \"$server\" = '{host}' ] || exit 1\nprintf '{{\"Username\":\"fleet\",\"Secret\":\"{PASSWORD}\"}}'\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let auth_file = f.write(
+        "auth.json",
+        &format!(r#"{{"credHelpers": {{"{host}": "fleet-test"}}}}"#),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let helped = [
+        ("DOCKER_CONFIG", docker.as_str()),
+        ("REGISTRY_AUTH_FILE", auth_file.to_str().unwrap()),
+        ("PATH", path.as_str()),
+    ];
+    let output = keep(pull("worker-3", &helped));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("(1 pulled, 0 already there)"),
+        "{}",
+        stdout(&output)
+    );
+
+    for text in &outputs {
+        assert!(!text.contains(PASSWORD), "the password shown: {text}");
+        assert!(!text.contains(&encoded), "the credential shown: {text}");
+    }
 }
 
 #[test]

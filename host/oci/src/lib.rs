@@ -23,11 +23,16 @@
 //! sends the client to (redirects, the token realm, upload locations). The
 //! token goes only to the registry's own scheme, host and port.
 //!
-//! Access is anonymous: a registry that asks for a bearer token gets the
-//! anonymous token dance (`WWW-Authenticate: Bearer realm=…` on `/v2/`, then
-//! the realm with `scope` and `service`).
+//! Access is as the registry asks on `/v2/`: none; HTTP Basic with
+//! [`Options::credential`]; or a bearer token from its realm (with `scope`
+//! and `service`), asked for with the credential as Basic auth when there is
+//! one, else anonymously. A credential goes only to the registry's own
+//! origin and its token realm, never into a message. [`auth`] finds one where
+//! the container tools keep them.
 
 #![deny(missing_docs)]
+
+pub mod auth;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -40,6 +45,8 @@ use dsh_env::__internal::{
 use dsh_env::__internal::{sha256_hex, verify_sha256};
 use dsh_env::{ManifestProblem, StoreProblem};
 use dsh_env::{OciReference, Store, StoredArtifact};
+
+pub use auth::{AuthError, AuthFiles, Credential};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode, Url};
@@ -80,6 +87,10 @@ pub struct Options {
     /// `--resolve` does (the URL's port is kept). The name, not the address,
     /// is what the plain-HTTP rule and TLS see.
     pub resolve: Vec<(String, IpAddr)>,
+    /// The username and password for the registry, if it asks for them
+    /// ([`AuthFiles::credential`] finds the stored one). Without it, access
+    /// is anonymous.
+    pub credential: Option<Credential>,
 }
 
 impl Default for Options {
@@ -88,6 +99,7 @@ impl Default for Options {
             plain_http: false,
             deadline: DEFAULT_DEADLINE,
             resolve: Vec::new(),
+            credential: None,
         }
     }
 }
@@ -144,11 +156,31 @@ pub enum OciProblem {
         /// its answer (escaped), if it gave one.
         detail: String,
     },
-    /// The registry wants credentials this client does not send.
-    #[error("the registry asks for credentials ({0}); access is anonymous")]
-    NeedsCredentials(String),
+    /// The registry wants credentials and none were given.
+    #[error(
+        "the registry {registry} asks for credentials and none are stored for it: run `dsh-env login {registry}`"
+    )]
+    NeedsCredentials {
+        /// The registry (`host[:port]`).
+        registry: String,
+    },
+    /// The registry refused the credentials given.
+    #[error(
+        "the registry {registry} refused the username `{username}` with the password from {origin}: wrong username or password? run `dsh-env login {registry}` again"
+    )]
+    Refused {
+        /// The registry (`host[:port]`).
+        registry: String,
+        /// The username tried (escaped).
+        username: String,
+        /// Where the credential came from.
+        origin: String,
+    },
+    /// The registry asks for an authentication scheme this client does not speak.
+    #[error("the registry asks for an authentication this client does not speak ({0})")]
+    UnknownChallenge(String),
     /// The registry's token endpoint, or its challenge, is not usable.
-    #[error("no anonymous token: {0}")]
+    #[error("no token: {0}")]
     Token(String),
     /// The manifest is not a Wasm artifact, or declares a layer over the cap.
     #[error(transparent)]
@@ -249,6 +281,19 @@ pub async fn push_image(
     .await
     .map_err(fail)?;
     Ok(reference.pinned(&sha256_hex(manifest)))
+}
+
+/// Checks that `registry` (`host[:port]`) lets [`Options::credential`] in,
+/// as `docker login` does: its challenge on `/v2/` answered with it (a
+/// bearer token asked for with no repository scope). A wrong password is
+/// [`OciProblem::Refused`]. Nothing is stored.
+pub async fn check_login(registry: &str, options: &Options) -> Result<(), OciProblem> {
+    let reference = OciReference::parse(&format!("oci://{registry}/dsh-env/login:check"))
+        .map_err(|e| OciProblem::Client(e.to_string()))?;
+    let mut registry = Registry::new(&reference, options)?;
+    // No repository: the token asked for carries no scope.
+    registry.repository.clear();
+    within(options.deadline, registry.authorize("pull")).await
 }
 
 /// A Wasm artifact fetched and verified, held in memory: nothing is in a
@@ -369,8 +414,21 @@ struct Registry {
     scheme: &'static str,
     /// The registry's host, when it was given `--plain-http`.
     plain_host: Option<String>,
-    /// An anonymous bearer token, if the registry wants one.
-    token: Option<String>,
+    /// `host[:port]`, for messages.
+    registry: String,
+    /// The credential to answer a challenge with, if any.
+    credential: Option<Credential>,
+    /// How requests to the registry's own origin are authorized, once its
+    /// challenge is answered.
+    authorization: Option<Authorization>,
+}
+
+/// How a registry's challenge was answered.
+enum Authorization {
+    /// HTTP Basic, with the credential.
+    Basic,
+    /// A bearer token from its realm.
+    Bearer(String),
 }
 
 impl Registry {
@@ -410,7 +468,9 @@ impl Registry {
             repository: reference.repository().to_string(),
             scheme,
             plain_host,
-            token: None,
+            registry: reference.registry().to_string(),
+            credential: options.credential.clone(),
+            authorization: None,
         })
     }
 
@@ -425,8 +485,11 @@ impl Registry {
     fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
         let same_origin = url.origin() == self.origin.origin();
         let request = self.http.request(method, url);
-        match &self.token {
-            Some(token) if same_origin => request.bearer_auth(token),
+        match (&self.authorization, &self.credential) {
+            (Some(Authorization::Bearer(token)), _) if same_origin => request.bearer_auth(token),
+            (Some(Authorization::Basic), Some(credential)) if same_origin => {
+                request.basic_auth(&credential.username, Some(&credential.secret))
+            }
             _ => request,
         }
     }
@@ -449,17 +512,42 @@ impl Registry {
     ) -> Result<reqwest::Response, OciProblem> {
         if response.status().is_success() {
             Ok(response)
+        } else if response.status() == StatusCode::UNAUTHORIZED && self.credential.is_none() {
+            // An anonymous token that does not cover this repository.
+            Err(self.needs_credentials())
         } else {
             Err(status_error(response, what).await)
         }
     }
 
-    /// Asks the registry for an anonymous token for `actions` on the
-    /// repository, if it wants one; this is also the first contact, so an
-    /// unreachable registry fails here.
+    /// [`OciProblem::NeedsCredentials`] for this registry.
+    fn needs_credentials(&self) -> OciProblem {
+        OciProblem::NeedsCredentials {
+            registry: escape_controls(&self.registry).into_owned(),
+        }
+    }
+
+    /// [`OciProblem::NeedsCredentials`] without a credential, else
+    /// [`OciProblem::Refused`] naming the username and where it came from.
+    fn refused(&self) -> OciProblem {
+        match &self.credential {
+            None => self.needs_credentials(),
+            Some(credential) => OciProblem::Refused {
+                registry: escape_controls(&self.registry).into_owned(),
+                username: escape_controls(&credential.username).into_owned(),
+                origin: escape_controls(&credential.source).into_owned(),
+            },
+        }
+    }
+
+    /// Answers the registry's challenge on `/v2/`, if it makes one: Basic
+    /// with the credential (checked there and then, so a wrong password is
+    /// named as such), or a bearer token for `actions` on the repository,
+    /// asked for with the credential if there is one. This is also the
+    /// first contact, so an unreachable registry fails here.
     async fn authorize(&mut self, actions: &str) -> Result<(), OciProblem> {
         let url = (self.origin.join("v2/")).map_err(|e| OciProblem::Client(e.to_string()))?;
-        let response = self.send(self.http.get(url)).await?;
+        let response = self.send(self.http.get(url.clone())).await?;
         if response.status() != StatusCode::UNAUTHORIZED {
             self.success(response, "API version check").await?;
             return Ok(());
@@ -468,8 +556,27 @@ impl Registry {
             .filter_map(|value| value.to_str().ok())
             .collect::<Vec<_>>()
             .join(", ");
-        let (realm, service) = bearer_challenge(&header)
-            .ok_or_else(|| OciProblem::NeedsCredentials(excerpt(header.as_bytes(), false)))?;
+        let Some((realm, service)) = bearer_challenge(&header) else {
+            if !has_challenge(&header, "Basic") {
+                return Err(OciProblem::UnknownChallenge(excerpt(
+                    header.as_bytes(),
+                    false,
+                )));
+            }
+            let credential = self
+                .credential
+                .as_ref()
+                .ok_or_else(|| self.needs_credentials())?;
+            let check =
+                (self.http.get(url)).basic_auth(&credential.username, Some(&credential.secret));
+            let response = self.send(check).await?;
+            if response.status() == StatusCode::UNAUTHORIZED {
+                return Err(self.refused());
+            }
+            self.success(response, "API version check").await?;
+            self.authorization = Some(Authorization::Basic);
+            return Ok(());
+        };
         let mut realm = Url::parse(&realm)
             .ok()
             .filter(|url| matches!(url.scheme(), "http" | "https"))
@@ -481,10 +588,12 @@ impl Registry {
             })?;
         {
             let mut query = realm.query_pairs_mut();
-            query.append_pair(
-                "scope",
-                &format!("repository:{}:{actions}", self.repository),
-            );
+            if !self.repository.is_empty() {
+                query.append_pair(
+                    "scope",
+                    &format!("repository:{}:{actions}", self.repository),
+                );
+            }
             if let Some(service) = &service {
                 query.append_pair("service", service);
             }
@@ -492,7 +601,14 @@ impl Registry {
         if let Some(refused) = refuse_plain_http(&realm, self.plain_host.as_deref()) {
             return Err(OciProblem::PlainHttp { url: refused.0 });
         }
-        let response = self.send(self.http.get(realm)).await?;
+        let mut request = self.http.get(realm);
+        if let Some(credential) = &self.credential {
+            request = request.basic_auth(&credential.username, Some(&credential.secret));
+        }
+        let response = self.send(request).await?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            return Err(self.refused());
+        }
         let response = self.success(response, "token").await?;
         let body = read_capped(response, "token", MAX_TOKEN_BYTES).await?;
         let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
@@ -507,7 +623,7 @@ impl Registry {
             .ok_or_else(|| {
                 OciProblem::Token("the token endpoint's answer has no usable token".into())
             })?;
-        self.token = Some(token.to_string());
+        self.authorization = Some(Authorization::Bearer(token.to_string()));
         Ok(())
     }
 
@@ -665,6 +781,13 @@ fn bearer_challenge(header: &str) -> Option<(String, Option<String>)> {
             };
             Some((param("realm")?, param("service")))
         })
+}
+
+/// Whether a `WWW-Authenticate` header's text has a `scheme` challenge.
+fn has_challenge(header: &str, scheme: &str) -> bool {
+    http_auth::ChallengeParser::new(header)
+        .filter_map(Result::ok)
+        .any(|challenge| challenge.scheme.eq_ignore_ascii_case(scheme))
 }
 
 /// The error for an answer with status other than 2xx, naming `what` and

@@ -1,6 +1,7 @@
 //! A real OCI registry for tests: Debian's `docker-registry` (distribution
 //! 2.8, installed by `scripts/setup-registry`), serving plain HTTP on
-//! 127.0.0.1 on a free port, with no auth and its storage in a temporary
+//! 127.0.0.1 on a free port, with no auth (or htpasswd auth:
+//! [`TestRegistry::start_with_login`]) and its storage in a temporary
 //! directory. [`TestRegistry::start`] waits until `GET /v2/` answers; the
 //! process is killed when the value drops.
 //!
@@ -38,6 +39,18 @@ impl TestRegistry {
     /// directory, and waits until it answers. Panics (this is a test
     /// fixture) naming what failed, e.g. that the binary is missing.
     pub fn start() -> Self {
+        Self::start_with_auth(None)
+    }
+
+    /// [`TestRegistry::start`], with htpasswd (HTTP Basic) auth for one
+    /// user: every request without that user's password gets 401. The
+    /// password file is written by apache2-utils' `htpasswd -B` (bcrypt, the
+    /// only hash distribution reads), the password on its stdin.
+    pub fn start_with_login(username: &str, password: &str) -> Self {
+        Self::start_with_auth(Some((username, password)))
+    }
+
+    fn start_with_auth(login: Option<(&str, &str)>) -> Self {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
             "{REGISTRY_BINARY} is missing: run scripts/setup-registry"
@@ -50,10 +63,21 @@ impl TestRegistry {
             .expect("a free port on 127.0.0.1");
         let storage = dir.path().join("storage");
         let config = dir.path().join("config.yml");
+        let auth = match login {
+            Some((username, password)) => {
+                let file = dir.path().join("htpasswd");
+                write_htpasswd(&file, username, password);
+                format!(
+                    "auth:\n  htpasswd:\n    realm: dsh-env-test\n    path: {}\n",
+                    file.display()
+                )
+            }
+            None => String::new(),
+        };
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n",
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n{auth}",
                 storage.display()
             ),
         )
@@ -106,7 +130,10 @@ impl TestRegistry {
     fn wait_until_ready(&self) {
         let deadline = Instant::now() + READY_WITHIN;
         while Instant::now() < deadline {
-            if self.get_v2().is_some_and(|status| status.contains(" 200 ")) {
+            // 401: up, and asking for the login it was started with.
+            if (self.get_v2())
+                .is_some_and(|status| status.contains(" 200 ") || status.contains(" 401 "))
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -131,6 +158,26 @@ impl TestRegistry {
         stream.read_to_string(&mut response).ok()?;
         response.lines().next().map(str::to_string)
     }
+}
+
+/// Writes `username`'s bcrypt entry to `file` with `htpasswd -iBn`, the
+/// password on its stdin (never in its arguments).
+fn write_htpasswd(file: &Path, username: &str, password: &str) {
+    let mut child = Command::new("htpasswd")
+        .args(["-iBn", username])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("htpasswd (apache2-utils) is missing: run scripts/setup-registry");
+    let mut stdin = child.stdin.take().expect("htpasswd's stdin");
+    stdin
+        .write_all(format!("{password}\n").as_bytes())
+        .expect("the password to htpasswd");
+    drop(stdin);
+    let output = child.wait_with_output().expect("htpasswd runs");
+    assert!(output.status.success(), "htpasswd failed");
+    std::fs::write(file, output.stdout).expect("the htpasswd file");
 }
 
 impl Drop for TestRegistry {
