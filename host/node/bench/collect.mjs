@@ -20,7 +20,7 @@
 //            echo guests) through the plugin.
 // Ratios are against `js` and `hook` in the same run; never a timed assertion.
 // Run after `npm run build`: `node bench/collect.mjs [--json]`.
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -59,10 +59,19 @@ async function measure(name, iterations, call, between = async () => {}) {
 
 // Made before timing, as a harness has its execution before it collects
 // (`execution` reads os.tmpdir(), five syscalls, which is not collect's cost).
+// One home whose cache holds Cranelift's code for the guests, as a harness's
+// has after its first minutes: a fresh home would time Winch's code (the
+// addon's registries tier up in the background) for as long as Cranelift
+// takes, which made runs differ by 2x. `dsh-env check` compiles with Cranelift.
+const home = mkdtempSync(join(tmpdir(), 'dsh-env-bench-'));
+for (const name of ['agent_lineage', 'echo']) {
+  execFileSync(join(target, 'debug/dsh-env'), ['check', guest(name), '--home', home], { stdio: 'ignore' });
+}
+
 const made = Array.from({ length: 20200 }, (_, i) => execution(`call-${i}`, 'child', 'parent'));
 const calls = (i) => made[i];
-const empty = openRegistry();
-const registry = openRegistry();
+const empty = openRegistry({ home });
+const registry = openRegistry({ home });
 await registry.register(guest('agent_lineage'));
 
 /** The keys agent-lineage computes, in plain JavaScript. */
@@ -133,7 +142,6 @@ async function harness(home) {
 
 /** The reference harness's rows: its synchronous registry, and whole bash tool calls. */
 async function harnessRows() {
-  const home = mkdtempSync(join(tmpdir(), 'dsh-env-bench-harness-'));
   const compiler = join(target, 'debug/dsh-env-compile');
   const lineage = { path: guest('agent_lineage') };
   const echoes = Array.from({ length: 7 }, (_, i) => ({ path: guest('echo'), config: { name: `echo-${i}`, key: `DSH_ECHO_${i}` } }));
