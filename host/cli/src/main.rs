@@ -33,7 +33,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use dsh_env::__internal::{compile, escape_controls};
 
 use failure::{CliResult, Failure};
@@ -53,36 +53,66 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List every key with its owner and description; runs no resolver.
+    #[command(
+        after_help = "Examples:\n  dsh-env list --manifest contributors/examples.toml\n  dsh-env list --manifest dsh-env.toml --optimize   # compile with Cranelift now"
+    )]
     List(list::Args),
     /// Print the overlay for one execution.
+    #[command(
+        after_help = "Examples:\n  dsh-env resolve --manifest dsh-env.toml --execution call.json\n  dsh-env resolve --manifest dsh-env.toml --json"
+    )]
     Resolve(resolve::Args),
     /// Run a command through the local executor, with the overlay.
     #[command(
         after_help = "Exit codes: the command's own; 128+n when signal n killed it; \
                             124 when it timed out; 125 when dsh-env or a contributor failed \
-                            and the command did not run."
+                            and the command did not run.\n\n\
+                      Examples:\n  \
+                      dsh-env run --manifest dsh-env.toml --execution call.json -- make test\n  \
+                      dsh-env run --manifest dsh-env.toml --background -- ./long-job.sh"
     )]
     Run(run::Args),
     /// Review a contributor, confirm, and pin it (digest and grants) in a manifest.
+    #[command(
+        after_help = "Examples:\n  dsh-env add my_contributor.wasm --manifest dsh-env.toml\n  dsh-env add oci://ghcr.io/acme/lineage:v1 --manifest dsh-env.toml --yes"
+    )]
     Add(add::Args),
     /// Load a component and report its declaration, imports and every rule it breaks.
+    #[command(
+        after_help = "Examples:\n  dsh-env check contributor.wasm\n  dsh-env check contributor.wasm --execution call.json --manifest dsh-env.toml"
+    )]
     Check(check::Args),
     /// Explain the overlay: each key's owner and description, and which
     /// inherited variables the scrub removes (names only) and why.
+    #[command(
+        after_help = "Examples:\n  dsh-env explain --manifest dsh-env.toml --execution call.json\n  dsh-env explain --manifest dsh-env.toml --json"
+    )]
     Explain(explain::Args),
     /// Push a component (and `<file>.minisig`, if present) to an OCI
     /// registry as a Wasm artifact; prints the digest-pinned reference.
+    #[command(
+        after_help = "Examples:\n  dsh-env push contributor.wasm ghcr.io/acme/lineage:v1\n  dsh-env push contributor.wasm localhost:5000/dsh/lineage:v1"
+    )]
     Push(push::Args),
     /// Fill the home's store with every `oci://…@sha256:…` artifact a
     /// reviewed manifest pins (no prompt, no manifest change); exit 1 naming
     /// each one that is not there after.
+    #[command(
+        after_help = "Examples:\n  dsh-env pull --manifest dsh-env.toml\n  dsh-env pull --manifest dsh-env.toml --optimize   # warm the cache too"
+    )]
     Pull(pull::Args),
     /// Check a registry's username and password (read from stdin) and store
     /// them in the Docker config (or its credential helper) for push, add
     /// and pull.
+    #[command(
+        after_help = "Examples:\n  dsh-env login ghcr.io --username me --password-stdin   # the token on stdin"
+    )]
     Login(login::Args),
     /// Run a scripted parent and child agent in a temporary home and show
     /// what each shell and each hook saw.
+    #[command(
+        after_help = "Examples:\n  dsh-env demo\n  dsh-env demo --manifest contributors/examples.toml"
+    )]
     Demo {
         /// The contributors to register (default: contributors/examples.toml, if present).
         #[arg(long, value_name = "FILE")]
@@ -90,30 +120,55 @@ enum Command {
     },
     /// Serve newline-delimited JSON-RPC 2.0 on stdin/stdout, for harnesses
     /// not written in Rust.
+    #[command(
+        after_help = "Examples:\n  dsh-env serve --manifest dsh-env.toml   # then one JSON-RPC request a line (PROTOCOL.md)"
+    )]
     Serve {
         #[command(flatten)]
         setup: Setup,
     },
     /// Show, trim or empty the home's compile cache (capped at
     /// $DSH_CACHE_MAX_MIB, default 512 MiB, least recently used out first).
+    #[command(after_help = "Examples:\n  dsh-env cache list\n  dsh-env cache gc")]
     Cache(cache::Args),
     /// Remove from the home's store of pulled contributors what no manifest
     /// references (`gc`), listing each blob removed.
+    #[command(after_help = "Examples:\n  dsh-env store gc --manifest dsh-env.toml")]
     Store(store::Args),
     /// Create a contributor project in a new directory: `make` in it builds
     /// contributor.wasm.
+    #[command(
+        after_help = "Examples:\n  dsh-env new my-tool --lang rust\n  dsh-env new my-tool --lang js --name my-tool"
+    )]
     New(new::Args),
     /// Write the bindings for the contract (dsh:env@0.1.0, world contributor).
+    #[command(after_help = "Examples:\n  dsh-env bindgen c gen")]
     Bindgen(authoring::BindgenArgs),
     /// Make a core WebAssembly module a contributor component: embed the
     /// world if it lacks it, adapt WASI preview1 (reactor), validate.
+    #[command(after_help = "Examples:\n  dsh-env componentize core.wasm --output contributor.wasm")]
     Componentize(authoring::ComponentizeArgs),
     /// Print a completion script for a shell, e.g.
     /// `dsh-env completions bash > ~/.local/share/bash-completion/completions/dsh-env`.
+    #[command(after_help = "Examples:\n  dsh-env completions bash\n  dsh-env completions zsh")]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `--version`'s text: this version, the contract versions it loads and
+/// the wasmtime release it runs them on.
+fn long_version() -> String {
+    let contracts: Vec<String> = (dsh_env::supported_contracts().iter())
+        .map(|c| format!("{} (components targeting {})", c.version, c.accepts))
+        .collect();
+    format!(
+        "{}\ncontracts: dsh:env {}\nwasmtime: {}",
+        env!("CARGO_PKG_VERSION"),
+        contracts.join(", "),
+        dsh_env::WASMTIME_VERSION
+    )
 }
 
 /// Parses arguments, runs the command, and maps the outcome to an exit code;
@@ -122,7 +177,12 @@ fn main() -> ExitCode {
     if invoked_as_compile_helper() {
         return dsh_env::__internal::helper_main();
     }
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command()
+        // Once per process: clap keeps a &'static str.
+        .long_version(long_version().leak() as &str)
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) if err.use_stderr() && invoked_as_run() => {
             // `run`'s usage errors must not look like its command's exit 2.

@@ -742,6 +742,56 @@ fn check_reports_declaration_imports_and_every_broken_rule() {
 }
 
 #[test]
+fn the_cli_introduces_itself_and_every_help_ends_with_examples_that_parse() {
+    let f = Fixture::new();
+    let version = f.run(&["--version"], &[]);
+    succeeded("--version", &version);
+    let text = stdout(&version);
+    for needle in [
+        "contracts: dsh:env 0.1.0 (components targeting 0.1.x), 0.2.0",
+        &format!("wasmtime: {}", dsh_env::WASMTIME_VERSION),
+    ] {
+        assert!(text.contains(needle), "{text}");
+    }
+    let commands = [
+        "list",
+        "resolve",
+        "run",
+        "add",
+        "check",
+        "explain",
+        "push",
+        "pull",
+        "login",
+        "demo",
+        "serve",
+        "cache",
+        "store",
+        "new",
+        "bindgen",
+        "componentize",
+        "completions",
+    ];
+    for command in commands {
+        let help = stdout(&f.run(&[command, "--help"], &[]));
+        let (_, examples) = (help.split_once("\nExamples:\n"))
+            .unwrap_or_else(|| panic!("`{command} --help` ends with no examples:\n{help}"));
+        let lines: Vec<&str> = examples.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(!lines.is_empty(), "{command}");
+        for line in lines {
+            // Each example's words parse as they are (with --help, before
+            // any `--`, so that nothing runs).
+            let example = line.split("   #").next().unwrap().trim();
+            let mut words: Vec<&str> = example.split_whitespace().collect();
+            assert_eq!(words[..2], ["dsh-env", command], "{line}");
+            let end = words.iter().position(|w| *w == "--").unwrap_or(words.len());
+            words.insert(end, "--help");
+            succeeded(example, &f.run(&words[1..], &[]));
+        }
+    }
+}
+
+#[test]
 fn check_dry_runs_resolve_and_reports_its_keys_or_its_failure() {
     let f = Fixture::new();
     // The sample execution: a top-level agent's call.

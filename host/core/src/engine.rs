@@ -15,6 +15,10 @@ use crate::limits::{
     MAX_TABLES, MAX_WASM_STACK,
 };
 
+/// The wasmtime release this host runs guests on (the workspace pins it
+/// exactly, `=48.0.8`; a test checks this against Cargo.lock).
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
 /// How the engine allocates guest instances.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -199,4 +203,22 @@ fn start_ticking(engine: &Engine) -> Result<(), wasmtime::Error> {
             "cannot start the epoch ticker, which bounds every guest's time: {err}"
         )
     })
+}
+
+#[cfg(test)]
+mod version_tests {
+    /// The stated wasmtime version is the one Cargo.lock resolves.
+    #[test]
+    fn the_stated_wasmtime_version_is_the_locked_one() {
+        let lock = include_str!("../../../Cargo.lock");
+        let entry = format!(
+            "name = \"wasmtime\"\nversion = \"{}\"",
+            super::WASMTIME_VERSION
+        );
+        assert!(
+            lock.contains(&entry),
+            "Cargo.lock does not lock wasmtime {}",
+            super::WASMTIME_VERSION
+        );
+    }
 }

@@ -55,7 +55,7 @@ pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
-pub use engine::{Allocator, RuntimeError, Tiering};
+pub use engine::{Allocator, RuntimeError, Tiering, WASMTIME_VERSION};
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
     ScrubPolicy, ScrubReason, child_environment, scrub_reason,
