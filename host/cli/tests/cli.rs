@@ -2907,7 +2907,15 @@ fn a_pushed_contributor_pinned_by_source_resolves_from_the_store_with_the_regist
         &f.with_setup("resolve", manifest.to_str().unwrap(), "home"),
         &[],
     );
-    assert_config_error(&output, &[&other, "not in the store", "dsh-env add"]);
+    assert_config_error(
+        &output,
+        &[
+            &other,
+            "not in the store",
+            "dsh-env pull --manifest",
+            "dsh-env add",
+        ],
+    );
     // A tag is not a pin.
     let tagged = format!("oci://{target}");
     let manifest = f.write(

@@ -416,7 +416,8 @@ pub enum StoreProblem {
     NotPinned,
     /// A blob it needs is not in the store.
     #[error(
-        "not in the store ({what} {path} is missing); run `dsh-env add {reference}` to pull it"
+        "not in the store ({what} {path} is missing); run `dsh-env pull --manifest <this manifest>` \
+         to fetch what it pins, or `dsh-env add {reference}` to review it anew"
     )]
     Missing {
         /// `manifest` or `layer`.
