@@ -6,10 +6,9 @@
 //! The password is read from stdin only: never from an argument, which any
 //! user of the machine can read in the process list.
 
-use std::io::Read;
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{escape_controls, read_capped, utf8};
 use dsh_env_oci::{AuthFiles, Credential};
 
 use crate::failure::{CliResult, Failure};
@@ -42,17 +41,9 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .trim_end_matches('/')
         .to_string();
     let shown = escape_controls(&registry).into_owned();
-    let mut password = Vec::new();
-    (std::io::stdin().lock().take(MAX_PASSWORD_BYTES + 1))
-        .read_to_end(&mut password)
-        .map_err(|e| Failure::config(format!("cannot read the password from stdin: {e}")))?;
-    if password.len() as u64 > MAX_PASSWORD_BYTES {
-        return Err(Failure::config(format!(
-            "the password on stdin is over {MAX_PASSWORD_BYTES} bytes"
-        )));
-    }
-    let mut password = String::from_utf8(password)
-        .map_err(|_| Failure::config("the password on stdin is not UTF-8"))?;
+    let mut password = read_capped(std::io::stdin().lock(), MAX_PASSWORD_BYTES)
+        .and_then(utf8)
+        .map_err(|e| Failure::config(format!("the password on stdin {e}")))?;
     // `echo secret | dsh-env login` ends it with a line break, not part of it.
     let kept = password.trim_end_matches(['\n', '\r']).len();
     password.truncate(kept);

@@ -3447,6 +3447,13 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
         ],
     );
     assert!(!config.exists());
+    // A password past the cap is refused before any request, naming it.
+    let output = keep(run_with_stdin(&f, &login, &env, &"x".repeat(4097)));
+    assert_config_error(
+        &output,
+        &["the password on stdin is over the 4096-byte limit"],
+    );
+    assert!(!config.exists());
 
     let output = keep(run_with_stdin(&f, &login, &env, &format!("{PASSWORD}\n")));
     assert!(output.status.success(), "{}", stderr(&output));

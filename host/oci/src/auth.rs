@@ -13,14 +13,14 @@
 //! quotes a file's or a helper's text.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use dsh_env::__internal::{escape_controls, read_regular_text};
+use dsh_env::__internal::{escape_controls, read_capped, read_regular_text};
 
 /// The largest auth file read: one holds a few entries.
 pub const MAX_AUTH_FILE_BYTES: u64 = 1 << 20;
@@ -394,11 +394,7 @@ fn run_helper(helper: &str, action: &str, input: &[u8]) -> Result<(bool, Vec<u8>
     let mut stdout = child.stdout.take().expect("piped");
     let (sender, answer) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let read = (&mut stdout)
-            .take(MAX_HELPER_OUTPUT_BYTES + 1)
-            .read_to_end(&mut bytes);
-        let _ = sender.send(read.map(|_| bytes));
+        let _ = sender.send(read_capped(&mut stdout, MAX_HELPER_OUTPUT_BYTES));
     });
     let deadline = Instant::now() + HELPER_TIMEOUT;
     let status = loop {
@@ -422,11 +418,6 @@ fn run_helper(helper: &str, action: &str, input: &[u8]) -> Result<(bool, Vec<u8>
     let left = deadline.saturating_duration_since(Instant::now());
     let stdout = (answer.recv_timeout(left))
         .map_err(|_| fail("its output did not end in time".into()))?
-        .map_err(|e| fail(format!("its output could not be read: {e}")))?;
-    if stdout.len() as u64 > MAX_HELPER_OUTPUT_BYTES {
-        return Err(fail(format!(
-            "it printed more than {MAX_HELPER_OUTPUT_BYTES} bytes"
-        )));
-    }
+        .map_err(|e| fail(format!("its output {e}")))?;
     Ok((status.success(), stdout))
 }
