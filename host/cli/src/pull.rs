@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use dsh_env::__internal::escape_controls;
-use dsh_env::{ContributorSource, ContributorSpec, HostEnv, Manifest, Registry, Store, Tiering};
+use dsh_env::{
+    ContributorSource, ContributorSpec, HostEnv, Manifest, OciReference, Registry, Store, Tiering,
+};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
@@ -69,18 +71,17 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
 
     // One pull per artifact, however many entries pin it.
     let mut seen = BTreeSet::new();
-    let pinned: Vec<&ContributorSpec> = (specs.iter())
-        .filter(|spec| match &spec.source {
-            ContributorSource::Oci(reference) => seen.insert(reference.to_string()),
-            _ => false,
+    let pinned: Vec<(&ContributorSpec, &OciReference)> = (specs.iter())
+        .filter_map(|spec| match &spec.source {
+            ContributorSource::Oci(reference) if seen.insert(reference.to_string()) => {
+                Some((spec, reference))
+            }
+            _ => None,
         })
         .collect();
     let terminal = std::io::stderr().is_terminal();
     let (mut pulled, mut present, mut failed) = (0, 0, Vec::new());
-    for (index, spec) in pinned.iter().enumerate() {
-        let ContributorSource::Oci(reference) = &spec.source else {
-            continue;
-        };
+    for (index, &(spec, reference)) in pinned.iter().enumerate() {
         let shown = escape_controls(&reference.to_string()).into_owned();
         let outcome = pull_one(&registry, &store, spec, &args.network, args.optimize).await;
         let counter = format!("[{}/{}]", index + 1, pinned.len());
@@ -120,7 +121,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             "{} of {} artifacts pinned by {} are not in the store: {}",
             failed.len(),
             pinned.len(),
-            args.manifest.display(),
+            escape_controls(&args.manifest.display().to_string()),
             failed.join(", ")
         )))
     }
