@@ -1,0 +1,150 @@
+//! `dsh-env login`: a registry with htpasswd auth.
+
+use super::*;
+
+/// `f.command(args, env)` with `input` on its stdin.
+fn run_with_stdin(f: &Fixture, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+    output_within(
+        f.command(args, env),
+        Stdio::piped(),
+        Some(input.as_bytes().to_vec()),
+    )
+}
+
+#[test]
+fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_shows_the_password()
+{
+    use base64::Engine as _;
+    const PASSWORD: &str = "s3cret-Pa55word";
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start_with_login("fleet", PASSWORD);
+    let host = registry.host();
+    let docker = f.path("docker").display().to_string();
+    let env = [("DOCKER_CONFIG", docker.as_str())];
+    let config = f.path("docker/config.json");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("fleet:{PASSWORD}"));
+    let mut outputs = Vec::new();
+    let mut keep = |output: Output| {
+        outputs.push(format!("{}{}", stdout(&output), stderr(&output)));
+        output
+    };
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let target = format!("{host}/dsh/private:v1");
+    let push = |env: &[(&str, &str)]| f.run(&["push", lineage.to_str().unwrap(), &target], env);
+
+    // No credentials: refused, naming the registry and what to run.
+    let output = keep(push(&env));
+    assert_config_error(
+        &output,
+        &[
+            &host,
+            "asks for credentials",
+            &format!("`dsh-env login {host}`"),
+        ],
+    );
+    // A wrong password is named plainly, and nothing is stored.
+    let login = [
+        "login",
+        host.as_str(),
+        "--username",
+        "fleet",
+        "--password-stdin",
+    ];
+    let output = keep(run_with_stdin(&f, &login, &env, "not-it\n"));
+    assert_config_error(
+        &output,
+        &[
+            &host,
+            "refused the username `fleet`",
+            "wrong username or password",
+        ],
+    );
+    assert!(!config.exists());
+    // A password past the cap is refused before any request, naming it.
+    let output = keep(run_with_stdin(&f, &login, &env, &"x".repeat(4097)));
+    assert_config_error(
+        &output,
+        &["the password on stdin is over the 4096-byte limit"],
+    );
+    assert!(!config.exists());
+
+    let output = keep(run_with_stdin(&f, &login, &env, &format!("{PASSWORD}\n")));
+    assert!(output.status.success(), "{}", stderr(&output));
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(stored["auths"][&host]["auth"], encoded.as_str());
+
+    // Push, add and pull with the stored login.
+    let output = keep(push(&env));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let manifest = f.write("m.toml", "");
+    let m = manifest.to_str().unwrap();
+    let tagged = format!("oci://{target}");
+    let output = keep(f.run(
+        &["add", &tagged, "--manifest", m, "--home", "author", "--yes"],
+        &env,
+    ));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pull =
+        |home: &str, env: &[(&str, &str)]| f.run(&["pull", "--manifest", m, "--home", home], env);
+    let output = keep(pull("worker", &env));
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // A stale password in the file: the pull names the refusal.
+    let wrong = base64::engine::general_purpose::STANDARD.encode("fleet:old-password");
+    std::fs::write(
+        &config,
+        format!(r#"{{"auths": {{"{host}": {{"auth": "{wrong}"}}}}}}"#),
+    )
+    .unwrap();
+    let output = keep(pull("worker-2", &env));
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("wrong username or password"),
+        "{}",
+        stderr(&output)
+    );
+
+    // $REGISTRY_AUTH_FILE comes first; its credHelpers entry runs
+    // docker-credential-<name> (the registry on its stdin).
+    let bin = f.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let helper = bin.join("docker-credential-fleet-test");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nread server\n[ \"$1\" = get ] && [ \"$server\" = '{host}' ] || exit 1\nprintf '{{\"Username\":\"fleet\",\"Secret\":\"{PASSWORD}\"}}'\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let auth_file = f.write(
+        "auth.json",
+        &format!(r#"{{"credHelpers": {{"{host}": "fleet-test"}}}}"#),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let helped = [
+        ("DOCKER_CONFIG", docker.as_str()),
+        ("REGISTRY_AUTH_FILE", auth_file.to_str().unwrap()),
+        ("PATH", path.as_str()),
+    ];
+    let output = keep(pull("worker-3", &helped));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("(1 pulled, 0 already there)"),
+        "{}",
+        stdout(&output)
+    );
+
+    for text in &outputs {
+        assert!(!text.contains(PASSWORD), "the password shown: {text}");
+        assert!(!text.contains(&encoded), "the credential shown: {text}");
+    }
+}

@@ -1,0 +1,285 @@
+//! `dsh-env new`, `make`, and the authoring tools, in all four languages.
+
+use super::*;
+
+/// `dsh-env new <tmp>/<name> --lang <lang>`, then `make <vars>` in it (with
+/// this process's environment, for the toolchains); returns the project.
+fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
+    let name = format!("my-{lang}-tool");
+    let project = f.path(&name);
+    let project_arg = project.to_str().unwrap();
+    let created = f.run(&["new", project_arg, "--lang", lang], &[]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(
+        stdout(&created).contains(&key_of(lang)),
+        "{}",
+        stdout(&created)
+    );
+    let made = Command::new("make")
+        .arg("-C")
+        .arg(&project)
+        .arg(format!("DSH_ENV={BINARY}"))
+        .args(vars)
+        .output()
+        .unwrap();
+    succeeded(&format!("make in a new {lang} project"), &made);
+    project
+}
+
+/// The key the template for `lang` declares (named `my-<lang>-tool`).
+fn key_of(lang: &str) -> String {
+    format!("DSH_MY_{}_TOOL", lang.to_uppercase())
+}
+
+/// The project's component passes `check`, and its manifest resolves the
+/// template's key to the call's tool.
+fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
+    let home = f.home();
+    let component = project.join("contributor.wasm");
+    let check = ["check", component.to_str().unwrap(), "--home", &home];
+    let checked = f.command(&check, &[]).output().unwrap();
+    succeeded(&format!("check of the {lang} component"), &checked);
+    assert!(
+        stdout(&checked).contains(&key_of(lang)),
+        "{}",
+        stdout(&checked)
+    );
+    let resolved = resolve_project(f, project);
+    succeeded(&format!("resolve with the {lang} contributor"), &resolved);
+    let line = format!("{}=bash\n", key_of(lang));
+    assert!(
+        stdout(&resolved).contains(&line),
+        "{lang}: {}",
+        stdout(&resolved)
+    );
+}
+
+#[test]
+fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
+    let f = Fixture::new();
+    // The guest SDK as published would come from crates.io; offline, the
+    // checkout's stands in for it, and the registry cache serves the rest.
+    // A target folder of the suite's own keeps the second run quick.
+    let sdk = repository().join("guest-sdk");
+    let rust_target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-rust");
+    let rust = new_and_make(
+        &f,
+        "rust",
+        &[
+            format!(
+                "CARGO_FLAGS=--offline --config 'patch.crates-io.dsh-env-guest.path=\"{}\"'",
+                sdk.display()
+            ),
+            format!("CARGO_TARGET_DIR={}", rust_target.display()),
+        ],
+    );
+    assert_checks_and_resolves(&f, "rust", &rust);
+    let size = std::fs::metadata(rust.join("contributor.wasm"))
+        .unwrap()
+        .len();
+    assert!(
+        size < 200_000,
+        "the size profile is not applied: {size} bytes"
+    );
+
+    let c = new_and_make(&f, "c", &[]);
+    assert!(c.join("gen/contributor_component_type.o").exists());
+    assert_checks_and_resolves(&f, "c", &c);
+}
+
+#[test]
+fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
+    let f = Fixture::new();
+    let repo = repository();
+    let tool = repo.join("target/tools/venv/bin/componentize-py");
+    let modules = repo.join("contributors/call-context/node_modules");
+    // Each keeps one core busy for tens of seconds: side by side.
+    std::thread::scope(|scope| {
+        let python = scope.spawn(|| {
+            let vars = [format!("COMPONENTIZE_PY={}", tool.display())];
+            let project = new_and_make(&f, "python", &vars);
+            assert!(project.join("wit/contributor.wit").exists());
+            assert_checks_and_resolves(&f, "python", &project);
+        });
+        let vars = [format!("NODE_MODULES={}", modules.display())];
+        let project = new_and_make(&f, "js", &vars);
+        assert_checks_and_resolves(&f, "js", &project);
+        // What a JavaScript author gets wrong reaches them by name: an
+        // `Error`'s message, and a result that is not a list of pairs.
+        let failures = [
+            (
+                "(() => { throw new Error('no team configured'); })()",
+                "no team configured",
+            ),
+            (
+                "({ DSH_MY_JS_TOOL: execution.tool })",
+                "resolve returned an object, not a list of [key, value] pairs",
+            ),
+            (
+                "[[KEY, execution.tool.length]]",
+                "resolve's value for DSH_MY_JS_TOOL is a number, not a string",
+            ),
+        ];
+        for (result, message) in failures {
+            assert_resolve_fails_after_edit(
+                &f,
+                &project,
+                "[[KEY, execution.tool]]",
+                result,
+                message,
+            );
+        }
+        python.join().unwrap();
+    });
+}
+
+/// `dsh-env resolve` with the project's manifest and the fixture's execution.
+fn resolve_project(f: &Fixture, project: &Path) -> Output {
+    let manifest = project.join("manifest.toml");
+    let (execution, home) = (f.path("execution.json"), f.home());
+    let resolve = [
+        "resolve",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--home",
+        &home,
+        "--execution",
+        execution.to_str().unwrap(),
+    ];
+    f.command(&resolve, &[]).output().unwrap()
+}
+
+/// Replaces `from` with `to` in the project's `contributor.js`, remakes it,
+/// and checks `resolve` then fails with `message`.
+fn assert_resolve_fails_after_edit(
+    f: &Fixture,
+    project: &Path,
+    from: &str,
+    to: &str,
+    message: &str,
+) {
+    let source = project.join("contributor.js");
+    let text = std::fs::read_to_string(&source).unwrap();
+    assert!(text.contains(from), "{from} is not in {text}");
+    std::fs::write(&source, text.replacen(from, to, 1)).unwrap();
+    let made = Command::new("make")
+        .arg("-C")
+        .arg(project)
+        .output()
+        .unwrap();
+    succeeded(&format!("make after `{to}`"), &made);
+    std::fs::write(&source, text).unwrap();
+    let out = resolve_project(f, project);
+    assert!(!out.status.success(), "`{to}` resolved: {}", stdout(&out));
+    assert!(stderr(&out).contains(message), "`{to}`: {}", stderr(&out));
+}
+
+#[test]
+fn new_refuses_a_non_empty_directory_and_a_bad_name_saying_why() {
+    let f = Fixture::new();
+    let taken = f.path("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    let out = f.run(&["new", taken.to_str().unwrap(), "--lang", "c"], &[]);
+    assert_config_error(&out, &["taken exists and is not empty"]);
+    assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 1);
+
+    let out = f.run(
+        &["new", f.path("My_Tool").to_str().unwrap(), "--lang", "rust"],
+        &[],
+    );
+    assert_config_error(
+        &out,
+        &["`My_Tool` cannot name a contributor", "'M'", "--name"],
+    );
+    let out = f.run(
+        &[
+            "new",
+            f.path("x").to_str().unwrap(),
+            "--lang",
+            "js",
+            "--name",
+            "session-id",
+        ],
+        &[],
+    );
+    assert_config_error(&out, &["DSH_SESSION_ID, is reserved"]);
+    assert!(!f.path("x").exists());
+
+    // An empty directory is fine, and --name wins over its name.
+    let empty = f.path("Empty Dir");
+    std::fs::create_dir(&empty).unwrap();
+    let out = f.run(
+        &[
+            "new",
+            empty.to_str().unwrap(),
+            "--lang",
+            "python",
+            "--name",
+            "greeter",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let app = std::fs::read_to_string(empty.join("app.py")).unwrap();
+    assert!(
+        app.contains("\"greeter\"") && app.contains("DSH_GREETER"),
+        "{app}"
+    );
+    assert!(empty.join(".gitignore").exists() && empty.join("README.md").exists());
+}
+
+#[test]
+fn bindgen_and_componentize_name_what_is_wrong() {
+    let f = Fixture::new();
+    let gen_dir = f.path("gen");
+    let out = f.run(&["bindgen", "c", gen_dir.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for file in [
+        "contributor.h",
+        "contributor.c",
+        "contributor_component_type.o",
+    ] {
+        assert!(stdout(&out).contains(file), "{}", stdout(&out));
+        assert!(gen_dir.join(file).exists(), "{file}");
+    }
+
+    let componentize = |input: &Path, output: &str| {
+        let output = f.path(output);
+        let out = f.run(
+            &[
+                "componentize",
+                input.to_str().unwrap(),
+                "-o",
+                output.to_str().unwrap(),
+            ],
+            &[],
+        );
+        (out, output)
+    };
+    let text = f.write("notes.txt", "not wasm");
+    let (out, written) = componentize(&text, "a.wasm");
+    assert_one_line_error(&out, 1, &["notes.txt", "not a WebAssembly module"]);
+    assert!(!written.exists());
+
+    let (out, _) = componentize(Path::new(AGENT_LINEAGE), "b.wasm");
+    assert_one_line_error(&out, 1, &["already a component"]);
+
+    // An empty core module: the world is embedded, but nothing exports it.
+    let empty = f.path("empty.wasm");
+    std::fs::write(&empty, b"\0asm\x01\0\0\0").unwrap();
+    let (out, written) = componentize(&empty, "c.wasm");
+    assert_one_line_error(
+        &out,
+        1,
+        &[
+            "empty.wasm",
+            "does not fit the world `dsh:env/contributor@0.1.0`",
+            "declare",
+        ],
+    );
+    assert!(!written.exists());
+
+    let (out, _) = componentize(&f.path("missing.wasm"), "d.wasm");
+    assert_config_error(&out, &["cannot read module", "missing.wasm"]);
+}

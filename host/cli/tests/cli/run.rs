@@ -1,0 +1,339 @@
+//! `dsh-env run`: the child gets exactly the promised environment.
+
+use super::*;
+
+#[test]
+fn run_gives_the_child_exactly_the_promised_environment() {
+    let f = Fixture::new();
+    let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
+    let mut args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    args.extend([
+        "--execution",
+        execution.to_str().unwrap(),
+        "--env",
+        "FOO=1",
+        "--",
+        "env",
+    ]);
+    let parent_env = [
+        ("DSH_STALE", "x"),
+        ("dsh_lower", "y"),
+        ("MY_API_TOKEN", "z"),
+        ("TERM", "xterm-256color"),
+        ("DATABASE_URL", "postgres://user:pw@host/db"),
+        ("MYSQL_PWD", "p"),
+        ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ];
+    let output = f.run(&args, &parent_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let seen = stdout(&output);
+    let vars: Vec<(&str, &str)> = seen.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    for gone in [
+        "DSH_STALE",
+        "dsh_lower",
+        "MY_API_TOKEN",
+        "DATABASE_URL",
+        "MYSQL_PWD",
+    ] {
+        assert_eq!(get(gone), None, "{gone} leaked into the child");
+    }
+    assert_eq!(get("SSH_AUTH_SOCK"), Some("/tmp/agent.sock"));
+    assert_eq!(get("TOKENIZERS_PARALLELISM"), Some("false"));
+    assert!(get("PATH").is_some());
+    assert_eq!(get("TERM"), Some("dumb"));
+    assert_eq!(get("NO_COLOR"), Some("1"));
+    assert_eq!(get("FOO"), Some("1"));
+    assert_eq!(get("DSH_SHELL"), Some("1"));
+    assert_eq!(get("DSH_HOME"), Some(home.as_str()));
+    assert!(Path::new(get("DSH_HOME").unwrap()).is_absolute());
+    assert_eq!(get("DSH_SESSION_ID"), Some("child-1"));
+    assert_eq!(get("DSH_PARENT_SESSION_ID"), Some("parent-1"));
+}
+
+#[test]
+fn run_refuses_a_managed_env_before_spawning() {
+    let f = Fixture::new();
+    let marker = f.path("spawned");
+    let touch = format!("touch {}", marker.display());
+    let output = f.run(
+        &[
+            "run",
+            "--home",
+            &f.home(),
+            "--env",
+            "DSH_X=1",
+            "--",
+            "bash",
+            "-c",
+            &touch,
+        ],
+        &[],
+    );
+    assert_run_failure(&output, &["`DSH_X` is in the managed DSH_* namespace"]);
+    assert!(!marker.exists(), "the command must not have run");
+}
+
+/// `run`'s own failure: exit 125 and exactly one line on stderr, containing
+/// every `needle`.
+fn assert_run_failure(output: &Output, needles: &[&str]) {
+    assert_one_line_error(output, 125, needles);
+}
+
+#[test]
+fn run_passes_the_commands_exit_code_and_signal_through() {
+    let f = Fixture::new();
+    let home = f.home();
+    for (script, code) in [
+        ("exit 7", 7),
+        ("exit 2", 2),
+        ("exit 125", 125),
+        ("kill -TERM $$", 143),
+        ("kill -KILL $$", 137),
+    ] {
+        let output = f.run(&["run", "--home", &home, "--", "bash", "-c", script], &[]);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{script}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output), "", "{script}");
+    }
+}
+
+#[test]
+fn run_gives_the_command_its_stdin_and_streams_its_output() {
+    let f = Fixture::new();
+    let command = f.command(
+        &[
+            "run",
+            "--home",
+            &f.home(),
+            "--",
+            "bash",
+            "-c",
+            "tr a-z A-Z; echo err >&2",
+        ],
+        &[],
+    );
+    let output = output_within(command, Stdio::piped(), Some(b"from stdin\n".to_vec()));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "FROM STDIN\n");
+    assert_eq!(stderr(&output), "err\n");
+}
+
+#[test]
+fn run_keeps_its_own_failures_apart_from_the_commands() {
+    let f = Fixture::new();
+    let home = f.home();
+    let marker = f.path("spawned");
+    let touch = format!("touch {}", marker.display());
+
+    let output = f.run(
+        &[
+            "run",
+            "--home",
+            &home,
+            "--timeout-secs",
+            "1",
+            "--",
+            "sleep",
+            "30",
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(124), "{}", stderr(&output));
+    assert!(stderr(&output).contains("the command timed out after 1 s"));
+
+    let trapping = f.write(
+        "trapping.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"panicky\"\nkeys = \"DSH_P=p\"\nresolve = \"trap:the config is \\u001b[31mbroken\"\n"
+        ),
+    );
+    let mut args = f.with_setup("run", trapping.to_str().unwrap(), &home);
+    args.extend(["--", "bash", "-c", &touch]);
+    let output = f.run(&args, &[]);
+    assert_run_failure(
+        &output,
+        &[
+            "contributor `panicky` (keys DSH_P) failed in resolve: trap:",
+            "the guest's stderr ended:",
+            "the config is broken",
+        ],
+    );
+    assert!(!stderr(&output).contains('\u{1b}'), "{}", stderr(&output));
+
+    let output = f.run(&["run", "--no-such-flag", "--", "bash", "-c", &touch], &[]);
+    assert_eq!(output.status.code(), Some(125), "{}", stderr(&output));
+    let output = f.run(
+        &[
+            "run",
+            "--manifest",
+            "/no/such.toml",
+            "--",
+            "bash",
+            "-c",
+            &touch,
+        ],
+        &[],
+    );
+    assert_run_failure(&output, &["/no/such.toml"]);
+    assert!(!marker.exists(), "the command must not have run");
+
+    let help = stdout(&f.run(&["run", "--help"], &[]));
+    assert!(
+        help.contains("124 when it timed out; 125 when dsh-env"),
+        "{help}"
+    );
+
+    // Other commands keep 2 for usage.
+    let output = f.run(&["list", "--no-such-flag"], &[]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn run_background_detaches_and_returns_at_once() {
+    let f = Fixture::new();
+    let done = f.path("done");
+    let script = format!("sleep 3; echo $DSH_SHELL > {}", done.display());
+    let log = std::fs::File::create(f.path("stderr")).unwrap();
+    let started = std::time::Instant::now();
+    let status = f
+        .command(
+            &[
+                "run",
+                "--home",
+                &f.home(),
+                "--background",
+                "--",
+                "bash",
+                "-c",
+                &script,
+            ],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!done.exists(), "returned before the command ended");
+    let said = std::fs::read_to_string(f.path("stderr")).unwrap();
+    assert!(
+        said.starts_with("dsh-env: started in the background as pid "),
+        "{said}"
+    );
+    while !done.exists() && started.elapsed() < BOUND {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Written once the shell's echo finishes.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "1\n");
+}
+
+#[test]
+fn run_passes_a_signal_on_to_the_command_and_exits_as_it_did() {
+    use std::io::BufRead;
+    let f = Fixture::new();
+    let marker = f.path("terminated");
+    let script = format!(
+        "trap 'echo term > {}; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut child = f
+        .command(
+            &["run", "--home", &f.home(), "--", "bash", "-c", &script],
+            &[],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n");
+    // SAFETY: kill(2) on our own child's pid; it reads no memory.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < BOUND, "dsh-env did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's own exit, after its trap"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "term\n");
+}
+
+#[test]
+fn the_manifests_environment_policy_shapes_the_child_and_explain_names_each_rule() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "policy.toml",
+        &format!(
+            "[environment]\ninherit = \"core\"\nexclude = [\"USER\"]\n\
+             set = {{ CI = \"1\", DEPLOY_TOKEN = \"t\" }}\n\n\
+             [[contributor]]\npath = {AGENT_LINEAGE:?}\n"
+        ),
+    );
+    let parent_env = [("USER", "me"), ("EDITOR", "vi"), ("SHELL", "/bin/sh")];
+    let home = f.home();
+    let mut args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    args.extend(["--", "env"]);
+    let output = f.run(&args, &parent_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let seen = stdout(&output);
+    let vars: Vec<(&str, &str)> = seen.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    // Core names stay, others go; exclude beats core; set adds; the scrub
+    // still removes a credential that set would add; the overlay is there.
+    assert_eq!(
+        (get("SHELL"), get("CI"), get("DSH_SHELL")),
+        (Some("/bin/sh"), Some("1"), Some("1"))
+    );
+    assert!(get("PATH").is_some());
+    assert_eq!(
+        (get("USER"), get("EDITOR"), get("DEPLOY_TOKEN")),
+        (None, None, None)
+    );
+
+    let mut args = f.with_setup("explain", manifest.to_str().unwrap(), &home);
+    args.push("--json");
+    let output = f.run(&args, &parent_env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let explained = json(&output);
+    let rule_of = |list: &str, name: &str| {
+        (explained[list].as_array().unwrap().iter())
+            .find(|row| row["name"] == name)
+            .map(|row| row["rule"].as_str().unwrap().to_string())
+    };
+    assert_eq!(rule_of("scrubbed", "EDITOR").as_deref(), Some("inherit"));
+    assert_eq!(rule_of("scrubbed", "USER").as_deref(), Some("exclude"));
+    assert_eq!(rule_of("set", "CI").as_deref(), Some("set"));
+    assert_eq!(rule_of("set", "DEPLOY_TOKEN").as_deref(), Some("name-part"));
+
+    // A DSH_* name in set is refused, naming it.
+    let bad = f.write(
+        "bad.toml",
+        "[environment]\nset = { DSH_SESSION_ID = \"x\" }\n",
+    );
+    let output = f.run(&["list", "--manifest", bad.to_str().unwrap()], &[]);
+    assert_config_error(&output, &["bad.toml", "DSH_SESSION_ID", "only the overlay"]);
+}
