@@ -529,9 +529,8 @@ impl ArtifactCache {
 /// Drops a just-written artifact's pages from the page cache; the write
 /// synced them, so they are clean. Written, they sit in large folios, and a
 /// fault maps a large folio whole: a process that ran a few MiB of a
-/// component's code held most of it resident (VmRSS after the bench's burst
-/// 73-75 MiB, against 50-59 with the file evicted; BENCHMARKS.md, session
-/// 12). Read back at first use, the file comes in as the pages guests touch.
+/// component's code held most of it resident (BENCHMARKS.md, RSS after the
+/// burst). Read back at first use, the file comes in as the pages guests touch.
 /// Advice only: when it fails, nothing else changes.
 fn evict_from_page_cache(path: &Path) {
     #[cfg(target_os = "linux")]

@@ -189,8 +189,8 @@ pub(crate) struct Compiler {
     progress: Option<Arc<dyn CompileProgress>>,
     /// Held while the helper runs: one compile at a time. wasmtime already
     /// compiles a component's functions on every core, so a second compile
-    /// at once mostly adds its memory (measured on the examples manifest, 2
-    /// cores: the same wall time, two thirds of the peak memory; README).
+    /// at once mostly adds its memory, for the same wall time
+    /// (docs/compiling.md).
     one_at_a_time: Mutex<()>,
     /// The same for background compiles, which must not make a load wait.
     one_in_background: Mutex<()>,

@@ -45,9 +45,9 @@ pub enum RuntimeError {
 }
 
 /// Which compiler a component missing from the cache is compiled with at
-/// load. Cranelift's code runs fastest, but compiling the Python and
-/// JavaScript examples takes it 13-15 s each on 2 cores; Winch, wasmtime's
-/// baseline compiler, takes 2-3 s (BENCHMARKS.md). An artifact of either
+/// load. Cranelift's code runs fastest, but compiles several times slower
+/// than Winch, wasmtime's baseline compiler, whose code is good enough for
+/// short-lived commands (the figures: BENCHMARKS.md). An artifact of either
 /// kind found in the cache is used as it is, the optimized one first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Tiering {
@@ -93,9 +93,8 @@ pub fn build_engine() -> Result<(Engine, Allocator), wasmtime::Error> {
         .table_elements(MAX_TABLE_ELEMENTS)
         // A freed slot is reused, least recently used first, before a slot
         // never used is touched: the slots that ever hold resident pages are
-        // as many as the instances alive at once, not the whole pool. After a
-        // burst of 64 callers this kept 72-78 MiB of RSS instead of 78-82,
-        // at the same latency (BENCHMARKS.md).
+        // as many as the instances alive at once, not the whole pool: less
+        // RSS after a burst, at the same latency (BENCHMARKS.md).
         .max_unused_warm_slots(0);
     if resets_in_place() {
         // Reset a freed slot by copying back only the pages the guest wrote

@@ -23,9 +23,9 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// tick is the one that hands the thread back: 10-15 ms in). A call that a
 /// busy machine stretches past 5 ms then still finishes in one poll, rather
 /// than letting the callers queued behind it start more instances, each in
-/// a pool slot of its own that keeps the pages it touched: after the
-/// bench's burst of 64 callers, VmRSS 43.6-49.5 MiB against 43.9-59.0 with
-/// the first yield at the first tick (BENCHMARKS.md).
+/// a pool slot of its own that keeps the pages it touched (the bench's RSS
+/// after its burst, against the first yield at the first tick:
+/// BENCHMARKS.md).
 pub const FIRST_YIELD_TICK: u64 = 2;
 
 /// Epoch ticks that cover `deadline`, rounded up, plus one for the partial tick.

@@ -329,7 +329,7 @@ fn spawn(request: &ShellExecRequest) -> Result<(Child, Option<Vec<u8>>), ExecErr
 /// workdir), or plain `bash` when none does. Naming the program by path lets
 /// std spawn it with `posix_spawn`: for a bare name under a changed `PATH` it
 /// falls back to `fork`, which copies this process's address-space map
-/// (large, with the engine's pool) and cost about 3.5 ms per call here.
+/// (large, with the engine's pool): milliseconds per call (BENCHMARKS.md).
 fn shell_program(environment: &BTreeMap<OsString, OsString>, workdir: &Path) -> PathBuf {
     environment
         .get(OsStr::new("PATH"))

@@ -274,7 +274,7 @@ impl Registry {
     /// contributors omitted under `on_error = "omit"`, as JSON; the
     /// execution comes as JSON too. (Both cross as one string each:
     /// converting objects property by property through N-API cost more than
-    /// the collection itself, about 20 µs for an execution.)
+    /// the collection itself; BENCHMARKS.md.)
     ///
     /// It runs on the calling thread for as long as nothing has to wait: a
     /// Rust contributor with an instance made ahead answers in microseconds,
@@ -464,7 +464,7 @@ fn prepare_in_background(registry: dsh_env::Registry, preparing: Arc<AtomicBool>
         return;
     }
     // On a runtime thread rather than the caller's, even when it would not
-    // wait: tried, that cost the next call about 5 µs at p50 (BENCHMARKS.md).
+    // wait: tried, that made the next call slower (BENCHMARKS.md).
     napi::bindgen_prelude::spawn(async move {
         registry.prepare().await;
         preparing.store(false, Ordering::Release);

@@ -186,7 +186,7 @@ fn print_startup(s: &Value) {
     );
     // File-backed pages are the components' code and memory images, mapped
     // from the cache and shared with the page cache; how many count follows
-    // the size of its folios (BENCHMARKS.md, session 11).
+    // the size of its folios (docs/bench-log/, session 11).
     println!(
         "  after the burst: {:.1} MiB anonymous, {:.1} MiB file-backed",
         kib("rss_after_burst_anon_kib"),

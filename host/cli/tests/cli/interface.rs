@@ -14,7 +14,7 @@ fn every_json_output_carries_its_format_version() {
     };
     let mut list = f.with_setup("list", manifest, &home);
     list.push("--json");
-    // Each shape as the README's "JSON output" section documents it.
+    // Each shape as docs/cli.md's "JSON output" section documents it.
     let outputs: [(&[&str], &[&str]); 5] = [
         (&list, &["keys"]),
         (&call("resolve"), &["overlay"]),

@@ -94,9 +94,8 @@ enum Teardown {
     /// so the caller is not (or not only) preparing instances ahead, and
     /// a retired store would keep its pool slot busy until 32 wait: the
     /// next call then takes another slot, and every slot a big guest has
-    /// used keeps the pages of its memory image it touched. After the
-    /// start-up bench's burst of 64 such callers, VmRSS fell from 74-92 MiB
-    /// to a median of 55 (BENCHMARKS.md).
+    /// used keeps the pages of its memory image it touched (the start-up
+    /// bench's RSS after its burst: BENCHMARKS.md).
     Drop,
 }
 
