@@ -155,7 +155,12 @@ fn call_context(workspace: &Path, out: &Path) -> PathBuf {
             lock.display()
         );
         let mut command = Command::new("node");
-        command.current_dir(&dir).arg("build.mjs").arg(component);
+        command
+            .current_dir(&dir)
+            .arg("build.mjs")
+            .arg(component)
+            .arg("call-context.js")
+            .arg(workspace.join(CONTRACT));
         run(&mut command);
     })
 }

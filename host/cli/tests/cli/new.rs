@@ -87,6 +87,37 @@ fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
     assert_checks_and_resolves(&f, "c", &c);
 }
 
+/// The C template and the `workspace-id` example are one recipe: the
+/// template's Makefile, given the example's source, makes the very component
+/// the test build (`tests/artifacts`, the code behind `bindgen c` and
+/// `componentize`) makes from it.
+#[test]
+fn the_c_templates_makefile_builds_the_c_example_byte_for_byte() {
+    let f = Fixture::new();
+    let project = new_and_make(&f, "c", &[]);
+    std::fs::copy(
+        repository().join("contributors/workspace-id/workspace_id.c"),
+        project.join("guest.c"),
+    )
+    .unwrap();
+    let made = Command::new("make")
+        .arg("-C")
+        .arg(&project)
+        .arg(format!("DSH_ENV={BINARY}"))
+        .args(["clean", "all"])
+        .output()
+        .unwrap();
+    succeeded("make with the example's source", &made);
+    let built = std::fs::read(project.join("contributor.wasm")).unwrap();
+    let example = std::fs::read(dsh_env_artifacts::WORKSPACE_ID).unwrap();
+    assert!(
+        built == example,
+        "the template built {} bytes, the test build {}",
+        built.len(),
+        example.len()
+    );
+}
+
 #[test]
 fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
     let f = Fixture::new();
