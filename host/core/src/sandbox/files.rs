@@ -20,14 +20,22 @@ use std::sync::{Arc, Mutex};
 use cap_fs_ext::{OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_primitives::fs::{FollowSymlinks, OpenOptions, OpenOptionsExt};
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::OpenMode;
 use wasmtime_wasi::filesystem::{Descriptor, Dir, File};
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, ErrorCode, OpenFlags, PathFlags,
 };
 
-use super::GuestState;
+/// A store's state as this module sees it: its resource table and, with the
+/// cwd grant, its open files. (The guest's state implements it, so this
+/// module needs nothing from the one that builds that state.)
+pub(super) trait FileHost: Send + 'static {
+    /// The store's resource table, where descriptors live.
+    fn table(&mut self) -> &mut ResourceTable;
+    /// The files opened through the cwd grant; `None` without the grant.
+    fn files(&mut self) -> Option<&mut OpenFiles>;
+}
 
 /// The interface whose `open-at` is replaced; guests importing any 0.2.x
 /// version link to it.
@@ -134,11 +142,11 @@ impl Drop for OpenFiles {
 }
 
 /// Replaces wasmtime-wasi's `open-at` in `linker` with [`open_at`].
-pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+pub(super) fn add_to_linker<T: FileHost>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let defined = linker.instance(FILESYSTEM_TYPES)?.func_wrap_async(
         "[method]descriptor.open-at",
-        |mut store: StoreContextMut<'_, GuestState>,
+        |mut store: StoreContextMut<'_, T>,
          (fd, path_flags, path, oflags, flags): (
             Resource<Descriptor>,
             PathFlags,
@@ -166,14 +174,14 @@ enum Opened {
 /// `open-at` for a read-only grant that cannot block. The outer error is a
 /// trap (the guest's handle table is full); the inner one is the guest's.
 async fn open_at(
-    state: &mut GuestState,
+    state: &mut impl FileHost,
     fd: Resource<Descriptor>,
     path_flags: PathFlags,
     path: String,
     oflags: OpenFlags,
     flags: DescriptorFlags,
 ) -> wasmtime::Result<Result<Resource<Descriptor>, ErrorCode>> {
-    let dir = match state.table.get(&fd) {
+    let dir = match state.table().get(&fd) {
         Ok(Descriptor::Dir(dir)) => dir.clone(),
         Ok(Descriptor::File(_)) => return Ok(Err(ErrorCode::NotDirectory)),
         Err(_) => return Ok(Err(ErrorCode::BadDescriptor)),
@@ -193,7 +201,7 @@ async fn open_at(
         return Ok(Err(ErrorCode::Unsupported));
     }
     // Only a store with the cwd grant has a directory to open under.
-    let Some(files) = state.files.as_mut() else {
+    let Some(files) = state.files() else {
         return Ok(Err(ErrorCode::NotPermitted));
     };
     if !files.acquire() {
@@ -221,7 +229,7 @@ async fn open_at(
             return Ok(Err(ErrorCode::from(err)));
         }
     };
-    Ok(Ok(state.table.push(descriptor)?))
+    Ok(Ok(state.table().push(descriptor)?))
 }
 
 /// Opens `path` under `dir` for reading without blocking, and keeps it only

@@ -11,7 +11,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
-use super::files::OpenFiles;
+use super::files::{FileHost, OpenFiles};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
@@ -29,6 +29,16 @@ pub(crate) struct GuestState {
     pub(super) config: Arc<BTreeMap<String, String>>,
     /// Epoch ticks the guest may still run for (see `arm`).
     pub(super) ticks_left: u64,
+}
+
+impl FileHost for GuestState {
+    fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+
+    fn files(&mut self) -> Option<&mut OpenFiles> {
+        self.files.as_mut()
+    }
 }
 
 impl WasiView for GuestState {
