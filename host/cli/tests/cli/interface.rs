@@ -120,6 +120,7 @@ fn the_cli_introduces_itself_and_every_help_ends_with_examples_that_parse() {
         "push",
         "pull",
         "login",
+        "trust",
         "demo",
         "serve",
         "cache",
