@@ -118,11 +118,11 @@ fn the_users_and_the_variables_manifests_need_no_approval_and_explain_says_what_
     assert_eq!(manifests[0]["used"], false);
     let why = manifests[0]["why"].as_str().unwrap();
     for needle in [
-        &format!("found by walking up from {}", nested.display()),
-        "not approved",
-        &format!("dsh-env trust {}", project.display()),
+        format!("found by walking up from {}", nested.display()),
+        "not approved".into(),
+        format!("dsh-env trust {}", project.display()),
     ] {
-        assert!(why.contains(needle.as_str()), "{needle} not in {why}");
+        assert!(why.contains(&needle), "{needle} not in {why}");
     }
     assert_eq!(manifests[1]["source"], "user");
     assert_eq!(manifests[1]["used"], true);
