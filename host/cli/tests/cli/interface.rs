@@ -22,6 +22,7 @@ fn every_json_output_carries_its_format_version() {
             &call("explain"),
             &[
                 "home",
+                "manifests",
                 "keys",
                 "absent",
                 "contributors",
