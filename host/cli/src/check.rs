@@ -10,11 +10,12 @@ use dsh_env::__internal::default_signature_path;
 use dsh_env::__internal::read_signature;
 use dsh_env::__internal::sha256_hex;
 use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
-use dsh_env::{Agent, Collection, ContributorComponent, Manifest, Registry, ToolExecution};
+use dsh_env::{Agent, Collection, ContributorComponent, Registry, ToolExecution};
 use serde_json::json;
 
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
+use crate::manifests::{Approval, find};
 use crate::output::print_json;
 use crate::setup::{manifest_trust, open_home_registry, parse_env_pair, read_execution};
 
@@ -27,7 +28,8 @@ pub(crate) struct Args {
     #[arg(long = "config", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     config: Vec<(String, String)>,
     /// Verify its signature (`<file>.minisig`) under this manifest's `[trust]`
-    /// keys; without it a signature is shown, not verified.
+    /// keys (default: the manifest `list` would use, if any); without one a
+    /// signature is shown, not verified.
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
     /// The harness home, for its compile cache (default: the manifest's
@@ -64,8 +66,7 @@ pub(crate) async fn run(
         json,
     }: Args,
 ) -> CliResult<ExitCode> {
-    let manifest =
-        (manifest.as_deref().map(Manifest::from_file).transpose()).map_err(Failure::config)?;
+    let manifest = find(manifest.as_deref(), home.as_deref(), Approval::Required)?.manifest;
     let (shown_execution, execution) = match execution {
         Some(source) => (source.clone(), read_execution(&source)?),
         None => ("sample".to_string(), sample_execution()),

@@ -9,6 +9,7 @@ use dsh_env::OnError;
 use serde_json::json;
 
 use crate::failure::CliResult;
+use crate::manifests::Approval;
 use crate::output::print_json;
 use crate::setup::Call;
 
@@ -24,7 +25,9 @@ pub(crate) struct Args {
 
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let (_execution, registered, collection) = args.call.collect(false).await?;
+    // Explaining is how a user finds out why a manifest was not loaded.
+    let (_execution, registered, collection) =
+        args.call.collect_as(false, Approval::Reported).await?;
     let (registry, home_origin) = (&registered.registry, &registered.home_origin);
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
@@ -40,6 +43,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
         .collect();
     let home = json!({"path": registry.home().as_str(), "from": home_origin});
+    let manifests: Vec<_> = (registered.manifests.iter())
+        .map(|m| {
+            json!({"path": m.path.display().to_string(), "source": m.source.name(),
+                   "used": m.used, "why": m.why})
+        })
+        .collect();
     let keys: Vec<_> = collection
         .overlay
         .iter()
@@ -75,6 +84,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             .collect();
         print_json(json!({
             "home": home,
+            "manifests": manifests,
             "keys": keys,
             "absent": absent,
             "contributors": contributors,
@@ -112,6 +122,18 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         escape_controls(registry.home().as_str()),
         escape_controls(home_origin)
     );
+    println!("Manifests:");
+    if manifests.is_empty() {
+        println!("  (none)");
+    }
+    for m in &registered.manifests {
+        println!(
+            "  {} {} ({})",
+            if m.used { "used   " } else { "skipped" },
+            escape_controls(&m.path.display().to_string()),
+            escape_controls(&m.why)
+        );
+    }
     println!("Contributors:");
     for contributor in &contributors {
         let mut grants: Vec<String> = (contributor.env_grants.iter())

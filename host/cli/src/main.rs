@@ -17,6 +17,7 @@ mod failure;
 mod home;
 mod list;
 mod login;
+mod manifests;
 mod network;
 mod new;
 mod output;
@@ -127,6 +128,13 @@ enum Command {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Approve a project manifest (`.dsh/env.toml`) for commands run
+    /// without `--manifest`: its exact content, by SHA-256; a changed file
+    /// needs approving again.
+    #[command(
+        after_help = "Examples:\n  dsh-env trust                        # the nearest .dsh/env.toml\n  dsh-env trust ~/src/app/.dsh/env.toml\n  dsh-env trust --revoke"
+    )]
+    Trust(manifests::TrustArgs),
     /// Show, trim or empty the home's compile cache (capped at
     /// $DSH_CACHE_MAX_MIB, default 512 MiB, least recently used out first).
     #[command(after_help = "Examples:\n  dsh-env cache list\n  dsh-env cache gc")]
@@ -287,6 +295,7 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             demo::demo(manifest.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Trust(args) => manifests::trust(args),
         Command::Cache(args) => cache::run(args),
         Command::Store(args) => store::run(args),
         Command::New(args) => new::run(args),

@@ -63,6 +63,22 @@ const RUST: &[TemplateFile] = template![
     ".gitignore" => "rust/gitignore",
 ];
 
+/// The guest SDK (`guest-sdk/`, through links in `templates/rust/`): a Rust
+/// project builds with no checkout and no published crate. Written as it
+/// is, nothing filled in; `sdk_is_embedded_whole` keeps the list complete.
+const RUST_SDK: &[TemplateFile] = template![
+    "dsh-env-guest/Cargo.toml" => "rust/dsh-env-guest/Cargo.toml.in",
+    "dsh-env-guest/README.md" => "rust/dsh-env-guest/README.md",
+    "dsh-env-guest/src/lib.rs" => "rust/dsh-env-guest/src/lib.rs",
+    "dsh-env-guest/src/frozen.rs" => "rust/dsh-env-guest/src/frozen.rs",
+    "dsh-env-guest/wit/README.md" => "rust/dsh-env-guest/wit/README.md",
+    "dsh-env-guest/wit/frozen.sha256" => "rust/dsh-env-guest/wit/frozen.sha256",
+    "dsh-env-guest/wit/since_v0.1.0/contributor.wit" =>
+        "rust/dsh-env-guest/wit/since_v0.1.0/contributor.wit",
+    "dsh-env-guest/wit/since_v0.2.0/contributor.wit" =>
+        "rust/dsh-env-guest/wit/since_v0.2.0/contributor.wit",
+];
+
 const PYTHON: &[TemplateFile] = template![
     "app.py" => "python/app.py",
     "requirements.txt" => "python/requirements.txt",
@@ -210,6 +226,9 @@ fn project(lang: Lang, name: &str, key: &str) -> Vec<(String, String)> {
         .chain(files)
         .map(|(path, text)| (path.to_string(), fill(text)))
         .collect();
+    if lang == Lang::Rust {
+        project.extend((RUST_SDK.iter()).map(|(path, text)| (path.to_string(), text.to_string())));
+    }
     if matches!(lang, Lang::Python | Lang::Js) {
         // componentize-py and -js read the contract from a folder.
         let wit = dsh_env_authoring::FROZEN_CONTRACT.iter();
@@ -262,6 +281,72 @@ mod tests {
         let lock: serde_json::Value = serde_json::from_str(&js_lock("tool")).unwrap();
         assert_eq!(lock["name"], "tool");
         assert_eq!(lock["packages"][""]["name"], "tool");
+    }
+
+    /// Every file `cargo package` puts in the guest SDK's crate is written
+    /// into a Rust project, and its manifest matches the crate's.
+    #[test]
+    fn sdk_is_embedded_whole() {
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guest-sdk");
+        let mut on_disk = Vec::new();
+        let mut dirs = vec![sdk.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let relative = path.strip_prefix(&sdk).unwrap().to_str().unwrap();
+                    on_disk.push(format!("dsh-env-guest/{relative}"));
+                }
+            }
+        }
+        on_disk.sort();
+        let mut embedded: Vec<String> = RUST_SDK.iter().map(|(p, _)| p.to_string()).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk);
+        for (path, text) in RUST_SDK {
+            if *path != "dsh-env-guest/Cargo.toml" {
+                let original = path.replacen("dsh-env-guest", "", 1);
+                let original = sdk.join(original.trim_start_matches('/'));
+                assert_eq!(*text, std::fs::read_to_string(original).unwrap(), "{path}");
+            }
+        }
+        // The standalone manifest: the crate's version and dependencies,
+        // the workspace's values written out.
+        let toml = |path: &Path| -> toml_edit::DocumentMut {
+            std::fs::read_to_string(path).unwrap().parse().unwrap()
+        };
+        let crate_manifest = toml(&sdk.join("Cargo.toml"));
+        let workspace = toml(&sdk.join("../Cargo.toml"));
+        let (_, text) = RUST_SDK
+            .iter()
+            .find(|(p, _)| p.ends_with("Cargo.toml"))
+            .unwrap();
+        let written: toml_edit::DocumentMut = text.parse().unwrap();
+        let shown = |item: &toml_edit::Item| item.to_string().trim().to_string();
+        for field in ["name", "version", "description"] {
+            assert_eq!(
+                shown(&written["package"][field]),
+                shown(&crate_manifest["package"][field])
+            );
+        }
+        for field in ["edition", "rust-version", "license"] {
+            assert_eq!(
+                shown(&written["package"][field]),
+                shown(&workspace["workspace"]["package"][field])
+            );
+        }
+        for (table, name) in [
+            ("dependencies", "wit-bindgen"),
+            ("dev-dependencies", "sha2"),
+        ] {
+            assert_eq!(
+                shown(&written[table][name]),
+                shown(&workspace["workspace"]["dependencies"][name]),
+                "{table}.{name}"
+            );
+        }
     }
 
     /// The templates pin what the test suite installs for the examples.

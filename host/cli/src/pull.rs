@@ -15,11 +15,12 @@ use std::process::ExitCode;
 
 use dsh_env::__internal::escape_controls;
 use dsh_env::{
-    ContributorSource, ContributorSpec, HostEnv, Manifest, OciReference, Registry, Store, Tiering,
+    ContributorSource, ContributorSpec, HostEnv, OciReference, Registry, Store, Tiering,
 };
 
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
+use crate::manifests::{Approval, NO_MANIFEST, find};
 use crate::network::NetworkArgs;
 use crate::output::size;
 use crate::setup::open_home_registry;
@@ -28,9 +29,10 @@ use crate::setup::open_home_registry;
 #[derive(clap::Args)]
 pub(crate) struct Args {
     /// The reviewed manifest whose `source = "oci://…@sha256:…"` entries to
-    /// pull; it is read, never written.
+    /// pull; it is read, never written (default: the manifest `list` would
+    /// use).
     #[arg(long, value_name = "FILE")]
-    manifest: PathBuf,
+    manifest: Option<PathBuf>,
     /// The harness home whose store to fill (default: the manifest's
     /// `home`, then $DSH_HOME, then ~/.dsh).
     #[arg(long, value_name = "DIR")]
@@ -56,7 +58,12 @@ enum Outcome {
 /// Pulls what is missing; exit 0 when every pinned artifact is in the store,
 /// 1 naming each one that is not.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let manifest = Manifest::from_file(&args.manifest).map_err(Failure::config)?;
+    let found = find(
+        args.manifest.as_deref(),
+        args.home.as_deref(),
+        Approval::Required,
+    )?;
+    let manifest = found.manifest.ok_or_else(|| Failure::config(NO_MANIFEST))?;
     let specs = manifest
         .specs(&HostEnv::from_process())
         .map_err(Failure::config)?;
@@ -121,7 +128,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             "{} of {} artifacts pinned by {} are not in the store: {}",
             failed.len(),
             pinned.len(),
-            escape_controls(&args.manifest.display().to_string()),
+            escape_controls(&manifest.origin),
             failed.join(", ")
         )))
     }

@@ -18,6 +18,7 @@ use dsh_env::{
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{home_cache, resolve_home_explained};
+use crate::manifests::{self, Approval, Considered, Found};
 
 /// This process's own executable image (Linux), started as its compile helper.
 const OWN_IMAGE: &str = "/proc/self/exe";
@@ -33,12 +34,16 @@ pub(crate) struct Registered {
     pub(crate) environment: EnvironmentPolicy,
     /// Where the home came from: `--home`, the manifest, `$DSH_HOME` or the default.
     pub(crate) home_origin: String,
+    /// Every manifest considered, the one used and those skipped.
+    pub(crate) manifests: Vec<Considered>,
 }
 
 /// `--manifest`, `--home` and `--optimize`.
 #[derive(Args)]
 pub(crate) struct Setup {
-    /// A manifest of contributors to register.
+    /// A manifest of contributors to register (default: $DSH_ENV_MANIFEST,
+    /// then the nearest .dsh/env.toml approved by `dsh-env trust`, then the
+    /// home's env.toml).
     #[arg(long, value_name = "FILE")]
     manifest: Option<PathBuf>,
     /// The harness home (default: the manifest's `home`, then $DSH_HOME, then ~/.dsh).
@@ -75,11 +80,21 @@ impl Call {
         &self,
         background: bool,
     ) -> CliResult<(ToolExecution, Registered, Collection)> {
+        self.collect_as(background, Approval::Required).await
+    }
+
+    /// [`Call::collect`], an unapproved project manifest skipped as
+    /// `approval` says.
+    pub(crate) async fn collect_as(
+        &self,
+        background: bool,
+        approval: Approval,
+    ) -> CliResult<(ToolExecution, Registered, Collection)> {
         let mut execution = self.execution.load()?;
         if background {
             execution = execution.with_mode(Mode::Background);
         }
-        let registered = self.setup.open(Tiering::Baseline).await?;
+        let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
         let collection = (registered.registry)
             .collect_report(&execution)
             .await
@@ -140,17 +155,25 @@ impl Setup {
     /// contributors, compiling each cache miss as `tiering` says. A
     /// contributor failure while collecting later is a runtime error (exit 1).
     pub(crate) async fn open(&self, tiering: Tiering) -> CliResult<Registered> {
+        self.open_as(tiering, Approval::Required).await
+    }
+
+    /// [`Setup::open`], an unapproved project manifest skipped as
+    /// `approval` says.
+    pub(crate) async fn open_as(
+        &self,
+        tiering: Tiering,
+        approval: Approval,
+    ) -> CliResult<Registered> {
         let tiering = if self.optimize {
             Tiering::Optimized
         } else {
             tiering
         };
-        let manifest = self
-            .manifest
-            .as_deref()
-            .map(Manifest::from_file)
-            .transpose()
-            .map_err(Failure::config)?;
+        let Found {
+            manifest,
+            considered,
+        } = manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
         let registry = open_home_registry(home, tiering, manifest.as_ref())?;
         let (registrations, environment) = match &manifest {
@@ -168,6 +191,7 @@ impl Setup {
             registrations,
             environment,
             home_origin,
+            manifests: considered,
         })
     }
 }

@@ -22,6 +22,7 @@ fn every_json_output_carries_its_format_version() {
             &call("explain"),
             &[
                 "home",
+                "manifests",
                 "keys",
                 "absent",
                 "contributors",
@@ -120,6 +121,7 @@ fn the_cli_introduces_itself_and_every_help_ends_with_examples_that_parse() {
         "push",
         "pull",
         "login",
+        "trust",
         "demo",
         "serve",
         "cache",

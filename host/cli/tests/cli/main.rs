@@ -267,6 +267,7 @@ mod explain;
 mod interface;
 mod list;
 mod login;
+mod manifests;
 mod new;
 mod pull;
 mod push;

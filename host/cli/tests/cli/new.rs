@@ -5,6 +5,16 @@ use super::*;
 /// `dsh-env new <tmp>/<name> --lang <lang>`, then `make <vars>` in it (with
 /// this process's environment, for the toolchains); returns the project.
 fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
+    new_and_make_with(f, lang, vars, |_| {})
+}
+
+/// [`new_and_make`], `make`'s command adjusted by `adjust` first.
+fn new_and_make_with(
+    f: &Fixture,
+    lang: &str,
+    vars: &[String],
+    adjust: impl FnOnce(&mut Command),
+) -> PathBuf {
     let name = format!("my-{lang}-tool");
     let project = f.path(&name);
     let project_arg = project.to_str().unwrap();
@@ -15,13 +25,13 @@ fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
         "{}",
         stdout(&created)
     );
-    let made = Command::new("make")
-        .arg("-C")
+    let mut make = Command::new("make");
+    make.arg("-C")
         .arg(&project)
         .arg(format!("DSH_ENV={BINARY}"))
-        .args(vars)
-        .output()
-        .unwrap();
+        .args(vars);
+    adjust(&mut make);
+    let made = make.output().unwrap();
     succeeded(&format!("make in a new {lang} project"), &made);
     project
 }
@@ -57,22 +67,45 @@ fn assert_checks_and_resolves(f: &Fixture, lang: &str, project: &Path) {
 #[test]
 fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
     let f = Fixture::new();
-    // The guest SDK as published would come from crates.io; offline, the
-    // checkout's stands in for it, and the registry cache serves the rest.
-    // A target folder of the suite's own keeps the second run quick.
-    let sdk = repository().join("guest-sdk");
-    let rust_target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-rust");
-    let rust = new_and_make(
-        &f,
-        "rust",
-        &[
-            format!(
-                "CARGO_FLAGS=--offline --config 'patch.crates-io.dsh-env-guest.path=\"{}\"'",
-                sdk.display()
-            ),
-            format!("CARGO_TARGET_DIR={}", rust_target.display()),
-        ],
+    // As a user without a checkout builds it: the guest SDK is the copy
+    // `new` wrote (no path into this repository, no workspace above the
+    // temporary folder), a fresh HOME, the project's own target folder.
+    // Only rustup's and cargo's homes are this machine's, for the pinned
+    // toolchain and, offline, the registry cache (wit-bindgen).
+    let user_home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let tool_home = |var: &str, default: &str| {
+        std::env::var_os(var).map_or_else(|| user_home.join(default), PathBuf::from)
+    };
+    let (rustup_home, cargo_home) = (
+        tool_home("RUSTUP_HOME", ".rustup"),
+        tool_home("CARGO_HOME", ".cargo"),
     );
+    let fresh_home = f.path("user");
+    std::fs::create_dir(&fresh_home).unwrap();
+    let started = std::time::Instant::now();
+    let rust = new_and_make_with(&f, "rust", &["CARGO_FLAGS=--offline".into()], |make| {
+        // Nothing of this test's own cargo run: not its toolchain, not its
+        // target folder, not its manifest's folder.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("CARGO") || name.starts_with("RUSTUP") || name.starts_with("RUSTC")
+            {
+                make.env_remove(&*name);
+            }
+        }
+        make.env("HOME", &fresh_home)
+            .env("RUSTUP_HOME", &rustup_home)
+            .env("CARGO_HOME", &cargo_home);
+    });
+    eprintln!("new --lang rust and make: {:?}", started.elapsed());
+    let manifest = std::fs::read_to_string(rust.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("dsh-env-guest = { path = \"dsh-env-guest\"")
+            && manifest.contains("replace this line with `dsh-env-guest = \"0.2\"`"),
+        "{manifest}"
+    );
+    let lock = std::fs::read_to_string(rust.join("Cargo.lock")).unwrap();
+    assert!(!lock.contains(repository().to_str().unwrap()), "{lock}");
     assert_checks_and_resolves(&f, "rust", &rust);
     let size = std::fs::metadata(rust.join("contributor.wasm"))
         .unwrap()
