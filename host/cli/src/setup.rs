@@ -86,6 +86,18 @@ impl Call {
             .map_err(Failure::runtime)?;
         Ok((execution, registered, collection))
     }
+
+    /// Opens the registry and collects for the execution, keeping what
+    /// each call showed of itself ([`dsh_env::Registry::collect_traced`]).
+    pub(crate) async fn collect_traced(&self) -> CliResult<(Registered, Collection)> {
+        let execution = self.execution.load()?;
+        let registered = self.setup.open(Tiering::Baseline).await?;
+        let collection = (registered.registry)
+            .collect_traced(&execution)
+            .await
+            .map_err(Failure::runtime)?;
+        Ok((registered, collection))
+    }
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
