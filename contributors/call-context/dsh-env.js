@@ -60,8 +60,17 @@ function describe(value) {
     case 'string':
       return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
     case 'object':
-      return typeof value.then === 'function' ? 'a Promise (resolve must not be async)' : 'an object';
+      return isThenable(value) ? 'a Promise (resolve must not be async)' : 'an object';
     default:
       return `a ${typeof value}`;
+  }
+}
+
+/** Whether `value` has a `then` method; a `then` getter that throws (a Proxy's) says no. */
+function isThenable(value) {
+  try {
+    return typeof value.then === 'function';
+  } catch {
+    return false;
   }
 }

@@ -141,6 +141,22 @@ export interface ContributorListing {
   env_grants: string[];
   cwd_read: boolean;
   on_error: 'fail' | 'omit';
+  /** Where its manifest entry is, `manifest.toml:LINE`, if it came from one. */
+  declared_at: string | null;
+}
+
+/** A contributor whose declared keys are absent, and what its call showed. */
+export interface Absence {
+  contributor: string;
+  /** Its declared keys with no value for this execution. */
+  keys: string[];
+  /** Its grants in words: `none`, or e.g. `env REGION, cwd (read)`. */
+  grants: string;
+  declared_at: string | null;
+  /** The end of what it wrote to stderr during the call, control sequences stripped. */
+  stderr_tail: string | null;
+  /** What it looked for without a grant (the cwd, its environment), and the grant that gives it. */
+  hints: string[];
 }
 
 export interface Collection {
@@ -158,6 +174,8 @@ export interface Explanation {
   absent: Array<{ key: string; owner: string; description: string }>;
   contributors: ContributorListing[];
   omitted: string[];
+  /** Why the absent keys are absent, by contributor, as far as their calls showed. */
+  why_absent: Absence[];
   /** What `exec` removes from this process's environment: names and rules, never values. */
   scrubbed: Array<{ name: string; rule: string; reason: string }>;
 }

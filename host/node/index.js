@@ -98,12 +98,15 @@ function guard(call) {
   }
 }
 
+/** `deadlineMs` as a manifest writes it: `deadline_ms`. */
+function snakeName(key) {
+  return key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
 /** `{ deadlineMs: 1 }` as a manifest writes it: `{ deadline_ms: 1 }`. */
 function snakeCase(object) {
   if (object === undefined || object === null) return object;
-  return Object.fromEntries(
-    Object.entries(object).map(([key, value]) => [key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), value]),
-  );
+  return Object.fromEntries(Object.entries(object).map(([key, value]) => [snakeName(key), value]));
 }
 
 /**
@@ -190,7 +193,11 @@ class Registry {
     // them here; the addon checks the rest (whole, in range).
     for (const [key, value] of Object.entries(options.limits ?? {})) {
       if (value !== undefined && !Number.isFinite(value)) {
-        throw new DshEnvError({ message: `limits.${key} must be a finite number, not ${String(value)}`, code: 'DSH_INVALID_ARGUMENT' });
+        throw new DshEnvError({
+          message: `limits.${key} must be a finite number, not ${String(value)}`,
+          code: 'DSH_INVALID_ARGUMENT',
+          limit: snakeName(key),
+        });
       }
     }
     // Every option reaches the addon, which refuses an unknown one by name
@@ -261,7 +268,8 @@ class Registry {
    * process's environment (names and rules, never values).
    */
   async explain(execution) {
-    const { overlay, omitted } = await this.collect(execution);
+    const json = executionJson(execution);
+    const { overlay, omitted, why_absent } = JSON.parse(await guard(() => this.#native.explain(json)));
     const listing = this.list();
     const owned = new Map(listing.map((row) => [row.key, row]));
     const keys = Object.entries(overlay).map(([key, value]) => ({
@@ -277,6 +285,7 @@ class Registry {
       absent,
       contributors: this.contributors(),
       omitted,
+      why_absent,
       scrubbed: this.#native.scrubbed(),
     };
   }

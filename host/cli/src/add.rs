@@ -19,10 +19,10 @@ use dsh_env::__internal::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text
 use dsh_env::__internal::{OCI_SCHEME, atomic_file};
 use dsh_env::ReadProblem;
 use dsh_env::{
-    ContributorComponent, ContributorEntry, HostEnv, Manifest, OciReference, RawDeclaration,
-    Registry, Store,
+    ContributorComponent, ContributorEntry, CwdGrant, GrantsEntry, HostEnv, Manifest, OciReference,
+    RawDeclaration, Registry, Store,
 };
-use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
+use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, value};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
@@ -44,6 +44,11 @@ pub(crate) struct Args {
     /// Pin without asking, after the review is shown (for scripts).
     #[arg(long)]
     yes: bool,
+    /// Grant it something, written into its entry's `[contributor.grants]`
+    /// and reviewed with it: `cwd=read` (the agent's cwd, read-only) or
+    /// `env=NAME` (the host's variable NAME); repeatable.
+    #[arg(long = "grant", value_name = "cwd=read|env=NAME", value_parser = parse_grant)]
+    grants: Vec<Grant>,
     #[command(flatten)]
     network: NetworkArgs,
 }
@@ -134,6 +139,9 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     };
     entry.sha256 = None;
     entry.grants_sha256 = None;
+    for grant in &args.grants {
+        grant.apply(&mut entry.grants);
+    }
     let spec = (entry.to_spec(&base_dir, &HostEnv::from_process()))
         .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
 
@@ -178,6 +186,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         },
         sha256: component.sha256(),
         grants_sha256: &entry.grants_digest().map_err(Failure::config)?,
+        grants: &args.grants,
     };
     let edited = pin_entry(&text, existing, &pins)
         .map_err(|e| Failure::config(format!("cannot edit {manifest_shown}: {e}")))?;
@@ -345,6 +354,73 @@ struct Pins<'a> {
     location: (&'static str, String),
     sha256: &'a str,
     grants_sha256: &'a str,
+    /// Grants from `--grant`, added to its `[contributor.grants]`.
+    grants: &'a [Grant],
+}
+
+/// One `--grant`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Grant {
+    /// `cwd=read`.
+    CwdRead,
+    /// `env=NAME`.
+    Env(String),
+}
+
+impl Grant {
+    /// Adds this grant to `grants` (an env name once).
+    fn apply(&self, grants: &mut GrantsEntry) {
+        match self {
+            Grant::CwdRead => grants.cwd = Some(CwdGrant::Read),
+            Grant::Env(name) if !grants.env.contains(name) => grants.env.push(name.clone()),
+            Grant::Env(_) => {}
+        }
+    }
+
+    /// Adds this grant to an entry's `grants` table (a new one, or the one
+    /// written, inline or not), as [`Grant::apply`] does to the entry.
+    fn write(&self, table: &mut dyn TableLike) {
+        match self {
+            Grant::CwdRead => {
+                table.insert("cwd", value("read"));
+            }
+            Grant::Env(name) => {
+                let names = table
+                    .entry("env")
+                    .or_insert_with(|| value(toml_edit::Array::new()));
+                if let Some(names) = names.as_array_mut()
+                    && !names.iter().any(|n| n.as_str() == Some(name))
+                {
+                    names.push(name.as_str());
+                }
+            }
+        }
+    }
+}
+
+/// A `--grant` value: `cwd=read` or `env=NAME`, NAME a variable name
+/// (letters, digits and `_`, not starting with a digit).
+fn parse_grant(text: &str) -> Result<Grant, String> {
+    let valid_name = |name: &str| {
+        name.chars().next().is_some_and(|c| !c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    match text.split_once('=') {
+        Some(("cwd", "read")) => Ok(Grant::CwdRead),
+        Some(("cwd", other)) => Err(format!(
+            "`cwd={}`: the cwd can only be granted `read`",
+            escape_controls(other)
+        )),
+        Some(("env", name)) if valid_name(name) => Ok(Grant::Env(name.to_string())),
+        Some(("env", name)) => Err(format!(
+            "`env={}`: a variable name is letters, digits and `_`, not starting with a digit",
+            escape_controls(name)
+        )),
+        _ => Err(format!(
+            "`{}`: a grant is `cwd=read` or `env=NAME`",
+            escape_controls(text)
+        )),
+    }
 }
 
 /// `text` with entry `existing` (an index into `[[contributor]]`) pinned,
@@ -370,6 +446,17 @@ fn pin_entry(text: &str, existing: Option<usize>, pins: &Pins<'_>) -> Result<Str
     let table = table.ok_or("its contributors must be written as [[contributor]] tables")?;
     if pins.location.0 == "source" {
         table.insert("source", value(&pins.location.1));
+    }
+    if !pins.grants.is_empty() {
+        let grants = table
+            .entry("grants")
+            .or_insert_with(|| Item::Table(Table::new()));
+        let grants = grants
+            .as_table_like_mut()
+            .ok_or("its `grants` must be a table")?;
+        for grant in pins.grants {
+            grant.write(grants);
+        }
     }
     table.insert("sha256", value(pins.sha256));
     table.insert("grants_sha256", value(pins.grants_sha256));

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use dsh_env::__internal::escape_controls;
-use dsh_env::OnError;
+use dsh_env::{Absence, OnError};
 use serde_json::json;
 
 use crate::failure::CliResult;
@@ -26,8 +26,7 @@ pub(crate) struct Args {
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     // Explaining is how a user finds out why a manifest was not loaded.
-    let (_execution, registered, collection) =
-        args.call.collect_as(false, Approval::Reported).await?;
+    let (registered, collection) = args.call.collect_traced(Approval::Reported).await?;
     let (registry, home_origin) = (&registered.registry, &registered.home_origin);
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
@@ -75,6 +74,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
         .collect();
     let contributors = registry.contributors();
+    let why_absent = registry.absences(&collection);
     if args.json {
         let scrubbed: Vec<_> = scrubbed
             .iter()
@@ -87,6 +87,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             "manifests": manifests,
             "keys": keys,
             "absent": absent,
+            "why_absent": why_absent,
             "contributors": contributors,
             "scrubbed": scrubbed,
             "set": set,
@@ -117,6 +118,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     for key in &absent {
         println!("{}", key_line(key));
     }
+    if !why_absent.is_empty() {
+        println!("What the calls of their contributors showed:");
+    }
+    for absence in &why_absent {
+        print_absence(absence);
+    }
     println!(
         "DSH_HOME: {} (from {})",
         escape_controls(registry.home().as_str()),
@@ -136,23 +143,13 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     }
     println!("Contributors:");
     for contributor in &contributors {
-        let mut grants: Vec<String> = (contributor.env_grants.iter())
-            .map(|name| format!("env {}", escape_controls(name)))
-            .collect();
-        if contributor.cwd_read {
-            grants.push("cwd (read)".into());
-        }
         println!(
             "  {}: {}, sha256 {}, {}; grants: {}; on_error = {}",
             escape_controls(&contributor.name),
             escape_controls(&contributor.origin),
             contributor.sha256.as_deref().unwrap_or("-"),
             contributor.signer,
-            if grants.is_empty() {
-                "none".into()
-            } else {
-                grants.join(", ")
-            },
+            contributor.grants_text(),
             match contributor.on_error {
                 OnError::Fail => "fail",
                 OnError::Omit => "omit",
@@ -177,4 +174,29 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         println!("Omitted: {}", escape_controls(&err.to_string()));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why a contributor's keys are absent, as far as its call showed: its
+/// grants and manifest line, the end of its stderr (indented, escaped) and
+/// the grant it lacked.
+fn print_absence(absence: &Absence) {
+    let at = (absence.declared_at.as_deref())
+        .map_or_else(String::new, |at| format!(" ({})", escape_controls(at)));
+    println!(
+        "  {}{at}: grants: {}",
+        escape_controls(&absence.contributor),
+        absence.grants
+    );
+    match &absence.stderr_tail {
+        None => println!("    stderr: (nothing)"),
+        Some(tail) => {
+            println!("    stderr, the end:");
+            for line in tail.lines() {
+                println!("      {}", escape_controls(line));
+            }
+        }
+    }
+    for hint in &absence.hints {
+        println!("    hint: {}", escape_controls(hint));
+    }
 }

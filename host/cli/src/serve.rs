@@ -182,6 +182,7 @@ enum Call {
     Dispose(DisposeParams),
     List,
     Collect(Box<CollectParams>),
+    Explain(Box<CollectParams>),
     Exec(Box<ExecParams>),
 }
 
@@ -201,6 +202,7 @@ impl Call {
             "dispose" => Call::Dispose(typed(params)?),
             "list" => typed::<NoParams>(params).map(|_| Call::List)?,
             "collect" => Call::Collect(typed(params)?),
+            "explain" => Call::Explain(typed(params)?),
             "exec" => {
                 let exec: Box<ExecParams> = typed(params)?;
                 if exec.env.len() > MAX_EXEC_ENV {
@@ -584,6 +586,17 @@ impl Server {
                 let omitted: Vec<String> =
                     collection.omitted.iter().map(ToString::to_string).collect();
                 Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
+            }
+            Call::Explain(params) => {
+                let collection = (self.registry.collect_traced(&params.execution).await)
+                    .map_err(|err| RpcError::app(&err).naming(&err))?;
+                let omitted: Vec<String> =
+                    collection.omitted.iter().map(ToString::to_string).collect();
+                Ok(json!({
+                    "overlay": collection.overlay.to_map(),
+                    "omitted": omitted,
+                    "why_absent": self.registry.absences(&collection),
+                }))
             }
             Call::Exec(params) => self.exec(*params).await,
         }

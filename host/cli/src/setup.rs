@@ -101,6 +101,22 @@ impl Call {
             .map_err(Failure::runtime)?;
         Ok((execution, registered, collection))
     }
+
+    /// Opens the registry (an unapproved project manifest skipped as
+    /// `approval` says) and collects for the execution, keeping what each
+    /// call showed of itself ([`dsh_env::Registry::collect_traced`]).
+    pub(crate) async fn collect_traced(
+        &self,
+        approval: Approval,
+    ) -> CliResult<(Registered, Collection)> {
+        let execution = self.execution.load()?;
+        let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
+        let collection = (registered.registry)
+            .collect_traced(&execution)
+            .await
+            .map_err(Failure::runtime)?;
+        Ok((registered, collection))
+    }
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in

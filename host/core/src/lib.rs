@@ -69,12 +69,12 @@ pub use load_error::{LoadError, LoadErrorKind};
 pub use manifest::{EnvironmentEntry, Manifest, ManifestError, TrustEntry};
 pub use overlay::Overlay;
 pub use registry::{
-    Collection, ContributorError, ContributorListing, FailureCause, KeyListing, NativeContributor,
-    Registration, Registry, RegistryBuilder, RegistryError,
+    Absence, Collection, ContributorError, ContributorListing, FailureCause, KeyListing,
+    NativeContributor, Registration, Registry, RegistryBuilder, RegistryError,
 };
 pub use runtime::Runtime;
 pub use sandbox::{
-    CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
+    CallTrace, CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{

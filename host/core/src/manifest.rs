@@ -184,6 +184,9 @@ impl Manifest {
         })?;
         manifest.base_dir = base_dir;
         manifest.origin = origin.to_string();
+        for (entry, line) in manifest.contributors.iter_mut().zip(entry_lines(text)) {
+            entry.line = line;
+        }
         Ok(manifest)
     }
 
@@ -194,11 +197,15 @@ impl Manifest {
         self.trust()?;
         (self.contributors.iter())
             .map(|entry| {
-                (entry.to_spec(&self.base_dir, host_env)).map_err(|source| ManifestError::Entry {
-                    path: self.origin.clone(),
-                    path_in_manifest: entry.label(),
-                    source,
-                })
+                let mut spec = (entry.to_spec(&self.base_dir, host_env)).map_err(|source| {
+                    ManifestError::Entry {
+                        path: self.origin.clone(),
+                        path_in_manifest: entry.label(),
+                        source,
+                    }
+                })?;
+                spec.declared_at = entry.line.map(|line| format!("{}:{line}", self.origin));
+                Ok(spec)
             })
             .collect()
     }
@@ -240,6 +247,27 @@ impl Manifest {
     pub fn component_path(&self, entry: &ContributorEntry) -> Option<PathBuf> {
         entry.path.as_ref().map(|path| self.base_dir.join(path))
     }
+}
+
+/// The line of each `[[contributor]]` header, in file order (`None` for an
+/// entry with no header of its own, as in an inline array).
+fn entry_lines(text: &str) -> Vec<Option<usize>> {
+    /// The entries, each only where it starts: a table's span is its header's.
+    #[derive(Deserialize)]
+    struct Headers {
+        #[serde(default)]
+        contributor: Vec<toml::Spanned<serde::de::IgnoredAny>>,
+    }
+    let Ok(headers) = toml::from_str::<Headers>(text) else {
+        return Vec::new();
+    };
+    (headers.contributor.iter())
+        .map(|entry| {
+            let start = entry.span().start;
+            let before = text.get(..start)?;
+            (text[start..].starts_with("[[")).then(|| before.matches('\n').count() + 1)
+        })
+        .collect()
 }
 
 /// The TOML error with its line and column, on one line, and a hint when

@@ -99,6 +99,9 @@ pub struct ContributorSpec {
     /// plus `.minisig`). Whose signatures are trusted is not the spec's to
     /// say: that is the registry's ([`crate::RegistryBuilder::trust`]).
     pub signature: Option<PathBuf>,
+    /// Where it is written, `manifest.toml:LINE` (its `[[contributor]]`
+    /// header), when it comes from a manifest: named by `explain`'s hints.
+    pub declared_at: Option<String>,
 }
 
 impl ContributorSpec {
@@ -129,6 +132,7 @@ impl ContributorSpec {
             on_error: OnError::default(),
             sha256: None,
             signature: None,
+            declared_at: None,
         }
     }
 
@@ -224,6 +228,9 @@ pub struct ContributorEntry {
     /// What the contributor may see.
     #[serde(default)]
     pub grants: GrantsEntry,
+    /// The line of its `[[contributor]]` header, when read from a manifest.
+    #[serde(skip)]
+    pub line: Option<usize>,
 }
 
 /// `[contributor.limits]`: every field optional, defaults from [`Limits`].
@@ -339,6 +346,7 @@ impl ContributorEntry {
             sha256: (self.sha256.as_deref())
                 .map(|text| pinned_digest("sha256", text))
                 .transpose()?,
+            declared_at: None,
         })
     }
 

@@ -18,7 +18,7 @@ use dsh_env::__internal::escape_controls;
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
-    HostEnv, Manifest, RegistryError, Runtime, ToolExecution,
+    HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError, ToolExecution,
 };
 use dsh_env::{EnvironmentEntry, TrustEntry};
 use dsh_env_harness::{
@@ -52,8 +52,45 @@ fn invalid(message: impl std::fmt::Display) -> Error {
     failure(message, "DSH_INVALID_ARGUMENT", Culprit::default())
 }
 
-/// A refused registration, with a code for its kind.
+/// A bad option, naming the limit it sets, if it is one.
+fn invalid_option(message: String, limit: Option<&str>) -> Error {
+    let mut body = json!({"message": message, "code": "DSH_INVALID_ARGUMENT"});
+    if let Some(limit) = limit {
+        body["limit"] = Value::String(limit.to_string());
+    }
+    Error::from_reason(json!({ "dshEnv": body }).to_string())
+}
+
+/// A refused registration, with a code for its kind. A pin that no longer
+/// matches says what a Node caller does about it, not only the CLI's `add`.
 fn refused(err: &RegistryError) -> Error {
+    let message = match err {
+        RegistryError::Changed {
+            origin,
+            pinned,
+            actual,
+        } => format!(
+            "{} changed since it was pinned: its sha256 is {actual}, but its pin is {pinned}; \
+             review the new bytes, then pin them: `sha256: '{actual}'` in register()'s \
+             options, or, for a manifest entry, the dsh-env CLI's `dsh-env add <component> \
+             --manifest <manifest>` (this package does not edit manifests)",
+            escape_controls(origin)
+        ),
+        RegistryError::Manifest(manifest) => match manifest.as_ref() {
+            ManifestError::Entry {
+                path,
+                path_in_manifest,
+                source: SpecError::GrantsChanged { reviewed, actual },
+            } => format!(
+                "invalid manifest {path}: contributor {path_in_manifest}: its grants or config \
+                 changed since it was added (reviewed grants_sha256 {reviewed}, now {actual}); \
+                 review them, then re-pin the entry with the dsh-env CLI: `dsh-env add \
+                 <component> --manifest {path}` (this package does not edit manifests)"
+            ),
+            _ => err.to_string(),
+        },
+        _ => err.to_string(),
+    };
     let code = match err {
         RegistryError::Load(_) => "DSH_LOAD",
         RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
@@ -62,7 +99,7 @@ fn refused(err: &RegistryError) -> Error {
         RegistryError::Changed { .. } => "DSH_CHANGED",
         RegistryError::Signature(_) => "DSH_SIGNATURE",
     };
-    failure(err, code, err.into())
+    failure(message, code, err.into())
 }
 
 /// A contributor that failed an execution.
@@ -190,15 +227,23 @@ impl Registry {
         };
         fields.insert("path".into(), Value::String(path));
         // The error names the option at fault by its path (`limits.deadline_ms`).
-        let entry: ContributorEntry =
-            serde_path_to_error::deserialize(entry).map_err(|e| {
-                match e.path().to_string().as_str() {
-                    "." => invalid(format!("register options: {}", e.inner())),
-                    path => invalid(format!("register options: {path}: {}", e.inner())),
-                }
-            })?;
-        let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process()))
-            .map_err(|e| invalid(format!("register options: {e}")))?;
+        let entry: ContributorEntry = serde_path_to_error::deserialize(entry).map_err(|e| {
+            match e.path().to_string().as_str() {
+                "." => invalid(format!("register options: {}", e.inner())),
+                // A limit of the wrong type or sign is named as `e.limit` too.
+                path => invalid_option(
+                    format!("register options: {path}: {}", e.inner()),
+                    path.strip_prefix("limits."),
+                ),
+            }
+        })?;
+        let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process())).map_err(|e| {
+            failure(
+                format!("register options: {e}"),
+                "DSH_INVALID_ARGUMENT",
+                Culprit::from(&e),
+            )
+        })?;
         let registry = self.inner.clone();
         // Loading may compile in a child process: a blocking wait, kept off
         // the runtime's workers.
@@ -323,6 +368,21 @@ impl Registry {
             result
         })
         .map(Either::B)
+    }
+
+    /// What `explain` needs for one execution (JSON, as for `collect`):
+    /// `collect`'s answer plus `why_absent`, each contributor with declared
+    /// keys absent, its grants, manifest line, the end of its stderr during
+    /// the call, and hints naming a grant it looked for and lacked.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub async fn explain(&self, execution: String) -> Result<String> {
+        let execution = self::execution(&execution)?;
+        let collection = (self.inner.collect_traced(&execution).await).map_err(|e| failed(&e))?;
+        let why_absent = serde_json::to_value(self.inner.absences(&collection)).map_err(invalid)?;
+        let mut answer: Value =
+            serde_json::from_str(&collection_json(collection)).map_err(invalid)?;
+        answer["why_absent"] = why_absent;
+        Ok(answer.to_string())
     }
 
     /// Starts making the next call's instances on the runtime, unless every

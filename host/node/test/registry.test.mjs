@@ -1,6 +1,8 @@
 // The addon through its documented API: registry rules, isolation of
 // concurrent executions, the scrub, and dispose during collection.
 import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 
 import {
@@ -52,6 +54,7 @@ test('declarations are checked, naming contributor and key', async () => {
   await assert.rejects(registry.register(guest('puppet'), { limits: { deadlineMs: 0 } }), (error) => {
     assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
     assert.match(error.message, /limits\.deadline_ms must be at least 1/);
+    assert.equal(error.limit, 'deadline_ms');
     return true;
   });
 });
@@ -316,7 +319,55 @@ test('numbers out of range are refused naming the option: exec timeoutMs, regist
     await assert.rejects(registry.register(guest('puppet'), { limits: { deadlineMs } }), (error) => {
       assert.equal(error.code, 'DSH_INVALID_ARGUMENT', String(error));
       assert.match(error.message, why);
+      assert.equal(error.limit, 'deadline_ms', String(error));
       return true;
     });
   }
+});
+
+test('explain says what a contributor without its grant looked for, and where to grant it', async () => {
+  const repo = scratch();
+  mkdirSync(join(repo, '.git'));
+  writeFileSync(join(repo, '.git/HEAD'), 'ref: refs/heads/feature-x\n');
+  const call = execution('c1', 's1');
+  call.agent.session.header.cwd = repo;
+
+  const registry = openRegistry();
+  await registry.register(guest('git_context'));
+  const [absence] = (await registry.explain(call)).why_absent;
+  assert.deepEqual(
+    [absence.contributor, absence.keys, absence.grants, absence.declared_at, absence.stderr_tail],
+    ['git-context', ['DSH_GIT_BRANCH'], 'none', null, null],
+  );
+  assert.match(absence.hints[0], /no cwd grant: add `cwd = "read"` to its grants/);
+
+  // From a manifest, the hint names the entry's line.
+  const dir = scratch();
+  const manifest = join(dir, 'm.toml');
+  writeFileSync(manifest, `# readers\n\n[[contributor]]\npath = ${JSON.stringify(guest('git_context'))}\n`);
+  const fromManifest = openRegistry();
+  await fromManifest.registerManifest(manifest);
+  const [listed] = (await fromManifest.explain(call)).why_absent;
+  assert.equal(listed.declared_at, `${manifest}:3`);
+  assert.match(listed.hints[0], new RegExp(`entry at ${manifest}:3$`));
+
+  // Granted, the key is there and nothing is absent.
+  const granted = openRegistry();
+  await granted.register(guest('git_context'), { grants: { cwd: 'read' } });
+  const explanation = await granted.explain(call);
+  assert.equal(explanation.keys.find((row) => row.key === 'DSH_GIT_BRANCH')?.value, 'feature-x');
+  assert.deepEqual(explanation.why_absent.map((row) => row.contributor), []);
+});
+
+test('a pin that no longer matches tells a Node caller what to do, not only the CLI', async () => {
+  const registry = openRegistry();
+  const pinned = '0'.repeat(64);
+  await assert.rejects(registry.register(guest('puppet'), { sha256: pinned }), (error) => {
+    assert.equal(error.code, 'DSH_CHANGED', String(error));
+    assert.match(error.message, /changed since it was pinned/);
+    assert.match(error.message, /`sha256: '[0-9a-f]{64}'` in register\(\)'s options/);
+    assert.match(error.message, /the dsh-env CLI's `dsh-env add/);
+    assert.doesNotMatch(error.message, /run `dsh-env add`/);
+    return true;
+  });
 });

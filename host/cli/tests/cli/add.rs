@@ -164,3 +164,90 @@ fn add_refuses_an_unsigned_badly_signed_or_broken_oci_source_and_stores_none_of_
         "a refused pull leaves nothing in the store"
     );
 }
+
+#[test]
+fn add_grants_what_grant_says_shows_it_in_the_review_and_refuses_a_bad_grant_naming_it() {
+    let f = Fixture::new();
+    component_copy(&f, GIT_CONTEXT, "git.wasm");
+    let manifest = f.write("m.toml", "");
+    let (m, home) = (manifest.to_str().unwrap(), f.home());
+    let add = |grants: &[&str]| {
+        let mut args = vec!["add", "git.wasm", "--manifest", m, "--home", &home, "--yes"];
+        for grant in grants {
+            args.extend(["--grant", grant]);
+        }
+        f.run(&args, &[])
+    };
+
+    for (bad, needle) in [
+        (
+            "cwd=write",
+            "`cwd=write`: the cwd can only be granted `read`",
+        ),
+        ("env=1X", "`env=1X`: a variable name is letters"),
+        ("env=", "`env=`: a variable name"),
+        ("net=all", "`net=all`: a grant is `cwd=read` or `env=NAME`"),
+    ] {
+        let output = add(&[bad]);
+        assert_eq!(output.status.code(), Some(2), "{bad}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(needle),
+            "{needle:?} not in {}",
+            stderr(&output)
+        );
+        assert_eq!(std::fs::read_to_string(&manifest).unwrap(), "");
+    }
+
+    let output = add(&["cwd=read", "env=REGION", "env=REGION"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let review = stdout(&output);
+    assert!(
+        review.contains(
+            "Grants its entry asks for:\n    environment variables: REGION\n    the agent's cwd, read-only\n"
+        ),
+        "{review}"
+    );
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    assert!(
+        pinned.contains("[contributor.grants]\ncwd = \"read\"\nenv = [\"REGION\"]\n"),
+        "{pinned}"
+    );
+
+    // Granted and pinned as reviewed: it loads, and reads the agent's cwd.
+    let repo = f.path("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/granted\n").unwrap();
+    let execution = f.write(
+        "in-repo.json",
+        &serde_json::json!({"callId": "c1", "name": "bash", "arguments": {"command": "x"},
+            "agent": {"session": {"header": {"version": 1, "id": "s1", "createdAt": 0,
+                "cwd": repo}}}})
+        .to_string(),
+    );
+    let resolve = [
+        "resolve",
+        "--manifest",
+        m,
+        "--home",
+        &home,
+        "--execution",
+        execution.to_str().unwrap(),
+    ];
+    let output = f.run(&resolve, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("DSH_GIT_BRANCH=granted\n"),
+        "{}",
+        stdout(&output)
+    );
+
+    // Adding again with another grant keeps the ones written.
+    let output = add(&["env=TEAM"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pinned = std::fs::read_to_string(&manifest).unwrap();
+    assert!(
+        pinned.contains("cwd = \"read\"\nenv = [\"REGION\", \"TEAM\"]\n"),
+        "{pinned}"
+    );
+    assert!(f.run(&resolve, &[]).status.success());
+}

@@ -115,3 +115,125 @@ fn explain_shows_absent_keys_where_the_home_came_from_and_structured_omissions()
     );
     assert_eq!(report["omitted"].as_array().unwrap().len(), 1);
 }
+
+/// A manifest of three contributors that read the agent's cwd or a
+/// variable, each granted `grants` (TOML lines under `[contributor.grants]`).
+fn reader_manifest(f: &Fixture, repo: &Path, grants: [&str; 3]) -> PathBuf {
+    let grants = grants.map(|lines| match lines {
+        "" => String::new(),
+        lines => format!("[contributor.grants]\n{lines}\n"),
+    });
+    let team = repo.join("team.txt");
+    f.write(
+        "readers.toml",
+        &format!(
+            "[[contributor]]\npath = {GIT_CONTEXT:?}\n{}\n\
+             [[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"team\"\n\
+             keys = \"DSH_TEAM=the team\"\nresolve = \"try-read:{}\"\n{}\n\
+             [[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"region\"\n\
+             keys = \"DSH_REGION=the region\"\nresolve = \"try-env:REGION\"\n{}\n\
+             [[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"quiet\"\n\
+             keys = \"DSH_QUIET=never set\"\n",
+            grants[0],
+            team.display(),
+            grants[1],
+            grants[2]
+        ),
+    )
+}
+
+#[test]
+fn explain_shows_what_a_contributor_without_its_grant_looked_for_and_the_line_to_grant_it() {
+    let f = Fixture::new();
+    let repo = f.path("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/feature-x\n").unwrap();
+    std::fs::write(repo.join("team.txt"), "platform").unwrap();
+    let execution = f.write(
+        "in-repo.json",
+        &serde_json::json!({"callId": "c1", "name": "bash", "arguments": {"command": "x"},
+            "agent": {"session": {"header": {"version": 1, "id": "s1", "createdAt": 0,
+                "cwd": repo}}}})
+        .to_string(),
+    );
+    let home = f.home();
+    let manifest = reader_manifest(&f, &repo, ["", "", ""]);
+    let shown = manifest.display().to_string();
+    let mut args = f.with_setup("explain", &shown, &home);
+    args.extend(["--execution", execution.to_str().unwrap()]);
+    let output = f.run(&args, &[("REGION", "eu")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let grant_at = |line: usize| {
+        format!("under [contributor.grants] in its [[contributor]] entry at {shown}:{line}")
+    };
+    for line in [
+        format!(
+            "  git-context ({shown}:1): grants: none\n    stderr: (nothing)\n    hint: it looked for a directory (to open a path) and has no cwd grant: add `cwd = \"read\"` {}\n",
+            grant_at(1)
+        ),
+        format!(
+            "  team ({shown}:4): grants: none\n    stderr, the end:\n      cannot read {}: ",
+            repo.join("team.txt").display()
+        ),
+        format!(
+            "    hint: it looked for a directory (to open a path) and has no cwd grant: add `cwd = \"read\"` {}\n",
+            grant_at(4)
+        ),
+        format!(
+            "  region ({shown}:11): grants: none\n    stderr, the end:\n      cannot read $REGION: environment variable not found\n    hint: it read its environment, which is empty without an env grant; if it needs a host variable, add `env = [\"NAME\"]` {} (",
+            grant_at(11)
+        ),
+        // A contributor that looked for nothing gets no hint.
+        format!("  quiet ({shown}:18): grants: none\n    stderr: (nothing)\n"),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in {text}");
+    }
+    assert_eq!(text.matches("hint:").count(), 3, "{text}");
+
+    args.push("--json");
+    let report = json(&f.run(&args, &[("REGION", "eu")]));
+    let git = &report["why_absent"][0];
+    assert_eq!(
+        (
+            &git["contributor"],
+            &git["keys"],
+            &git["grants"],
+            &git["declared_at"],
+            &git["stderr_tail"]
+        ),
+        (
+            &serde_json::json!("git-context"),
+            &serde_json::json!(["DSH_GIT_BRANCH"]),
+            &serde_json::json!("none"),
+            &serde_json::json!(format!("{shown}:1")),
+            &serde_json::Value::Null
+        )
+    );
+    assert!(
+        git["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("add `cwd = \"read\"`"),
+        "{git}"
+    );
+
+    // Granted as the hints say, every key is there, and nothing is hinted.
+    reader_manifest(
+        &f,
+        &repo,
+        ["cwd = \"read\"", "cwd = \"read\"", "env = [\"REGION\"]"],
+    );
+    args.pop();
+    let output = f.run(&args, &[("REGION", "eu")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    for line in [
+        "  DSH_GIT_BRANCH=feature-x  (",
+        "  DSH_TEAM=platform  (",
+        "  DSH_REGION=eu  (",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
+    assert!(!text.contains("hint:"), "{text}");
+}

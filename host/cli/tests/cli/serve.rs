@@ -615,3 +615,58 @@ fn serve_tiers_up_in_a_low_priority_helper_that_dies_with_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn serve_explain_says_what_a_contributor_without_its_grant_looked_for() {
+    let f = Fixture::new();
+    let repo = f.path("repo");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/served\n").unwrap();
+    let execution = serde_json::json!({"callId": "c1", "name": "bash",
+        "agent": {"session": {"header": {"id": "s1", "cwd": repo}}}});
+    let answers = serve_answers(
+        &f,
+        &[],
+        &[
+            rpc(1, "register", serde_json::json!({"path": GIT_CONTEXT})),
+            rpc(
+                2,
+                "register",
+                serde_json::json!({"path": PUPPET, "config": {"name": "team",
+                    "keys": "DSH_TEAM=t", "resolve": "try-read:/nowhere/team.txt"}}),
+            ),
+            rpc(3, "explain", serde_json::json!({"execution": execution})),
+        ],
+    );
+    let result = &answers[2]["result"];
+    assert_eq!(result["overlay"]["DSH_SESSION_ID"], "s1", "{result}");
+    let why = result["why_absent"].as_array().unwrap();
+    assert_eq!(why.len(), 2, "{result}");
+    assert_eq!(
+        (
+            &why[0]["contributor"],
+            &why[0]["grants"],
+            &why[0]["declared_at"]
+        ),
+        (
+            &serde_json::json!("git-context"),
+            &serde_json::json!("none"),
+            &serde_json::Value::Null
+        )
+    );
+    assert!(
+        why[0]["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("no cwd grant: add `cwd = \"read\"`"),
+        "{result}"
+    );
+    assert_eq!(why[1]["contributor"], "team");
+    assert!(
+        why[1]["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read /nowhere/team.txt: "),
+        "{result}"
+    );
+}

@@ -165,6 +165,7 @@ impl Registry {
         Ok(component
             .with_config(spec.config.clone())
             .with_grants(spec.grants.clone())
+            .with_declared_at(spec.declared_at.clone())
             .with_on_error(spec.on_error)
             .checked(signer, Arc::clone(trust)))
     }

@@ -10,7 +10,7 @@ use crate::execution::ToolExecution;
 use crate::keys::{BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::overlay::Overlay;
-use crate::sandbox::{Call, GuestFailure, Preparation};
+use crate::sandbox::{Call, CallTrace, GuestFailure, Preparation};
 use crate::spec::OnError;
 
 use super::error::{ContributorError, FailureCause, KeysNote};
@@ -23,6 +23,9 @@ pub struct Collection {
     pub overlay: Overlay,
     /// Failures that were omitted rather than failing the execution.
     pub omitted: Vec<ContributorError>,
+    /// What each WASM contributor's call showed of itself, by name: only
+    /// [`Registry::collect_traced`] fills it.
+    pub traces: BTreeMap<String, CallTrace>,
 }
 
 impl Registry {
@@ -91,7 +94,28 @@ impl Registry {
         &self,
         execution: &ToolExecution,
     ) -> Result<Collection, ContributorError> {
+        self.collect_with(execution, false).await
+    }
+
+    /// [`Registry::collect_report`], also keeping what each WASM
+    /// contributor's call showed of itself (the end of its stderr, and
+    /// whether it found no directories or no environment where it looked),
+    /// for [`Registry::absences`]. Slower by a copy of each guest's last
+    /// words: for `explain`, not for every call.
+    pub async fn collect_traced(
+        &self,
+        execution: &ToolExecution,
+    ) -> Result<Collection, ContributorError> {
+        self.collect_with(execution, true).await
+    }
+
+    async fn collect_with(
+        &self,
+        execution: &ToolExecution,
+        traced: bool,
+    ) -> Result<Collection, ContributorError> {
         let mut omitted = Vec::new();
+        let mut traces = BTreeMap::new();
         let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
         let builtin = |key: &str| DshKey::new(key).expect("built-in keys are valid");
@@ -116,7 +140,13 @@ impl Registry {
         // Converted for the guests once, when the first one needs it.
         let mut call = None;
         for entry in snapshot.values() {
-            match self.resolve_entry(entry, execution, &mut call).await {
+            let mut trace =
+                (traced && matches!(entry.resolver, Resolver::Wasm(_))).then(CallTrace::default);
+            let resolved = (self.resolve_entry(entry, execution, &mut call, trace.as_mut())).await;
+            if let Some(trace) = trace {
+                traces.insert(entry.declaration.name().to_string(), trace);
+            }
+            match resolved {
                 Ok(checked) => overlay.extend(checked),
                 Err(err) if entry.on_error == OnError::Omit => {
                     tracing::warn!("omitted for call {}: {err}", execution.call_id);
@@ -128,6 +158,7 @@ impl Registry {
         Ok(Collection {
             overlay: Overlay::from(overlay),
             omitted,
+            traces,
         })
     }
 
@@ -146,7 +177,7 @@ impl Registry {
             return Ok(None);
         };
         let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
-            match self.resolve_entry(entry, execution, &mut None).await {
+            match self.resolve_entry(entry, execution, &mut None, None).await {
                 Ok(checked) => (checked.into_iter().collect(), Vec::new()),
                 Err(err) if entry.on_error == OnError::Omit => {
                     tracing::warn!("omitted for call {}: {err}", execution.call_id);
@@ -157,17 +188,20 @@ impl Registry {
         Ok(Some(Collection {
             overlay: Overlay::from(overlay),
             omitted,
+            traces: BTreeMap::new(),
         }))
     }
 
     /// One contributor's checked pairs for `execution`, in a fresh instance
     /// (or the one made ahead); `call` is the execution in the guests' form,
-    /// made by the first guest that needs it.
+    /// made by the first guest that needs it; `trace` keeps what the call
+    /// showed, if given.
     async fn resolve_entry<'a>(
         &self,
         entry: &Entry,
         execution: &'a ToolExecution,
         call: &mut Option<Call<'a>>,
+        trace: Option<&mut CallTrace>,
     ) -> Result<Vec<(DshKey, String)>, ContributorError> {
         let fail = |cause: FailureCause| ContributorError {
             contributor: entry.declaration.name().to_string(),
@@ -180,7 +214,9 @@ impl Registry {
                 let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
                 let call = call.get_or_insert_with(|| Call::new(execution));
                 let sandbox = &self.inner.runtime.sandbox;
-                sandbox.resolve(&wasm.component, name, call, prepared).await
+                sandbox
+                    .resolve(&wasm.component, name, call, prepared, trace)
+                    .await
             }
             Resolver::Native(native) => native.resolve(execution).map_err(GuestFailure::GuestError),
         };

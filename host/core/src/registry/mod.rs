@@ -4,8 +4,9 @@
 //! Bottom to top: what it holds (`state`), why things fail (`error`), how
 //! it is built (`builder`), admission (`admission`: load, pin, signature,
 //! store), registration and listing (`registration`), collection
-//! (`collection`). Each file adds its own `impl Registry`.
+//! (`collection`), why keys are absent (`absence`). Each file adds its own `impl Registry`.
 
+mod absence;
 mod admission;
 mod builder;
 mod collection;
@@ -13,6 +14,7 @@ mod error;
 mod registration;
 mod state;
 
+pub use absence::Absence;
 pub use builder::RegistryBuilder;
 pub use collection::Collection;
 pub use error::{ContributorError, FailureCause, RegistryError};

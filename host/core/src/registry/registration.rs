@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::declaration::{Declaration, DeclarationError, DeclarationProblem, RawDeclaration};
+use crate::input::escape_controls;
 use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::manifest::Manifest;
@@ -33,6 +34,26 @@ pub struct ContributorListing {
     pub cwd_read: bool,
     /// What its failure does to an execution.
     pub on_error: OnError,
+    /// Where its manifest entry is, `manifest.toml:LINE`, if it came from one.
+    pub declared_at: Option<String>,
+}
+
+impl ContributorListing {
+    /// Its grants in words: `none`, or e.g. `env GITHUB_REPOSITORY, cwd (read)`
+    /// (names escaped).
+    pub fn grants_text(&self) -> String {
+        let mut grants: Vec<String> = (self.env_grants.iter())
+            .map(|name| format!("env {}", escape_controls(name)))
+            .collect();
+        if self.cwd_read {
+            grants.push("cwd (read)".into());
+        }
+        if grants.is_empty() {
+            "none".into()
+        } else {
+            grants.join(", ")
+        }
+    }
 }
 
 /// One row of [`Registry::list`].
@@ -238,6 +259,7 @@ impl Registry {
                     env_grants: grants.env.into_iter().map(|(name, _)| name).collect(),
                     cwd_read: grants.cwd_read,
                     on_error: entry.on_error,
+                    declared_at: component.and_then(|c| c.declared_at().map(str::to_string)),
                 }
             })
             .collect()

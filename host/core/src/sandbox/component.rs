@@ -24,6 +24,8 @@ pub struct ContributorComponent {
     pub(super) limits: Limits,
     pub(super) on_error: OnError,
     pub(super) grants: Grants,
+    /// Where its manifest entry is, `manifest.toml:LINE`, if it has one.
+    pub(super) declared_at: Option<String>,
     pub(super) signer: Signer,
     /// The trust its signature was checked under, by
     /// [`crate::Registry::load_spec`]; `None` when nothing was checked.
@@ -66,6 +68,7 @@ impl ContributorComponent {
             limits: limits.clone(),
             on_error: OnError::default(),
             grants: Grants::default(),
+            declared_at: None,
             signer: Signer::Unsigned,
             checked_under: None,
             _held: held,
@@ -163,6 +166,17 @@ impl ContributorComponent {
     /// The same component with `grants`.
     pub fn with_grants(mut self, grants: Grants) -> Self {
         self.grants = grants;
+        self
+    }
+
+    /// Where its manifest entry is (`manifest.toml:LINE`), if it came from one.
+    pub fn declared_at(&self) -> Option<&str> {
+        self.declared_at.as_deref()
+    }
+
+    /// The same component, written at `declared_at` (`manifest.toml:LINE`).
+    pub fn with_declared_at(mut self, declared_at: Option<String>) -> Self {
+        self.declared_at = declared_at;
         self
     }
 

@@ -12,6 +12,7 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::files::{FileHost, OpenFiles};
+use super::trace::Sought;
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
@@ -29,6 +30,8 @@ pub(crate) struct GuestState {
     pub(super) config: Arc<BTreeMap<String, String>>,
     /// Epoch ticks the guest may still run for (see `arm`).
     pub(super) ticks_left: u64,
+    /// What it asked for and found empty (see [`super::trace`]).
+    pub(super) sought: Sought,
 }
 
 impl FileHost for GuestState {

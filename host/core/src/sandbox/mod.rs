@@ -21,11 +21,13 @@ mod contract;
 mod failure;
 mod files;
 mod guest;
+mod trace;
 
 pub use component::{CodeTier, ContributorComponent, MAX_OPENING_THREADS};
 pub(crate) use component::{Linked, Open, Opening, Source, is_component, not_a_component};
 pub use contract::{ContractVersion, supported_contracts};
 pub use failure::GuestFailure;
+pub use trace::CallTrace;
 
 /// Why `bytes` is not a WebAssembly component, judged by its header alone
 /// (e.g. before shipping it), or `None` if it looks like one.
@@ -146,6 +148,7 @@ impl Tier {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         files::add_to_linker(&mut linker)?;
+        trace::add_to_linker(&mut linker)?;
         contract::add_to_linker(&mut linker)?;
         Ok(Tier { engine, linker })
     }
@@ -291,27 +294,31 @@ impl Sandbox {
             Phase::Declare,
             None,
             async |guest, store| guest.declare(store).await,
+            None,
         )
         .await
     }
 
     /// Runs `resolve` for `call` in a fresh instance (`prepared`, when one
     /// was made ahead of the call, else one made now); `name` labels its
-    /// logs.
+    /// logs. When `trace` is given, what the call showed of itself is kept there.
     pub(crate) async fn resolve(
         &self,
         component: &ContributorComponent,
         name: &str,
         call: &Call<'_>,
         prepared: Option<Prepared>,
+        trace: Option<&mut CallTrace>,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
         let resolve = async |guest: &Guest, store: &mut Store<GuestState>| {
             guest.resolve(store, &call.wit).await
         };
         let result = match prepared {
-            Some(prepared) => self.run(component, name, prepared, resolve).await,
+            Some(prepared) => self.run(component, name, prepared, resolve, trace).await,
             // It may touch files the model controls.
-            None if component.grants.cwd_read => self.resolve_on_io(component, name, call).await,
+            None if component.grants.cwd_read => {
+                self.resolve_on_io(component, name, call, trace).await
+            }
             None => {
                 self.call(
                     component,
@@ -319,6 +326,7 @@ impl Sandbox {
                     Phase::Resolve,
                     Some(call.execution),
                     resolve,
+                    trace,
                 )
                 .await
             }
@@ -386,6 +394,7 @@ impl Sandbox {
         component: &ContributorComponent,
         name: &str,
         call: &Call<'_>,
+        trace: Option<&mut CallTrace>,
     ) -> Result<Result<Vec<(String, String)>, String>, GuestFailure> {
         let limits = &component.limits;
         let Some(runtime) = &self.io.runtime else {
@@ -441,7 +450,16 @@ impl Sandbox {
                     stdout,
                     stderr,
                 };
-                self.finish(component, name, fresh, slot, Ok(outcome), Teardown::Retire)
+                let outcome = Ok(outcome);
+                self.finish(
+                    component,
+                    name,
+                    fresh,
+                    slot,
+                    outcome,
+                    Teardown::Retire,
+                    trace,
+                )
             }
             Ok(Err(join)) => {
                 Err(GuestFailure::trap(join.to_string()).with_last_words(stderr.last_words()))
@@ -462,6 +480,7 @@ impl Sandbox {
         phase: Phase,
         execution: Option<&ToolExecution>,
         f: impl AsyncFnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        trace: Option<&mut CallTrace>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
         let pre = pre(component)?;
@@ -474,7 +493,7 @@ impl Sandbox {
             f(&guest, store).await.map_err(|e| (e, false))
         };
         let outcome = within_host_deadline(limits, run).await;
-        self.finish(component, name, fresh, slot, outcome, Teardown::Drop)
+        self.finish(component, name, fresh, slot, outcome, Teardown::Drop, trace)
     }
 
     /// Runs `f` on an instance made ahead of the call, under a fresh deadline.
@@ -484,6 +503,7 @@ impl Sandbox {
         name: &str,
         prepared: Prepared,
         f: impl AsyncFnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        trace: Option<&mut CallTrace>,
     ) -> Result<R, GuestFailure> {
         let Prepared {
             mut fresh,
@@ -495,7 +515,15 @@ impl Sandbox {
         arm_deadline(&mut fresh.store, limits);
         let run = async { f(&guest, &mut fresh.store).await.map_err(|e| (e, false)) };
         let outcome = within_host_deadline(limits, run).await;
-        self.finish(component, name, fresh, slot, outcome, Teardown::Retire)
+        self.finish(
+            component,
+            name,
+            fresh,
+            slot,
+            outcome,
+            Teardown::Retire,
+            trace,
+        )
     }
 
     /// A store for one instance of `component` (on `pre`'s engine), and
@@ -555,6 +583,7 @@ impl Sandbox {
                 limiter: GuestLimiter::new(limits, Arc::clone(&self.budget)),
                 config: component.config.clone(),
                 ticks_left: 0,
+                sought: Default::default(),
             },
         );
         store.limiter(|state| &mut state.limiter);
@@ -565,7 +594,9 @@ impl Sandbox {
         store
     }
 
-    /// Logs the guest's output, names a failure, and retires or drops the store.
+    /// Logs the guest's output, names a failure, keeps what the call showed
+    /// in `trace` if given, and retires or drops the store.
+    #[allow(clippy::too_many_arguments)]
     fn finish<R>(
         &self,
         component: &ContributorComponent,
@@ -574,10 +605,19 @@ impl Sandbox {
         slot: OwnedSemaphorePermit,
         outcome: Result<Result<R, (wasmtime::Error, bool)>, tokio::time::error::Elapsed>,
         teardown: Teardown,
+        trace: Option<&mut CallTrace>,
     ) -> Result<R, GuestFailure> {
         let limits = &component.limits;
         log_output(name, &fresh.stdout, &fresh.stderr);
         let mut store = fresh.store;
+        if let Some(trace) = trace {
+            let sought = store.data().sought;
+            *trace = CallTrace {
+                stderr_tail: fresh.stderr.last_words(),
+                found_no_directories: sought.directories,
+                found_no_environment: sought.environment,
+            };
+        }
         if component.grants.cwd_read {
             release_host_resources(store.data_mut());
         }

@@ -21,7 +21,10 @@
 //! go on), `hold:<MiB>:<ms>` (fill that much memory, wait that long in a
 //! WASI sleep, then go on), `hoard:<path>:<n>[:<ms>]` (open `path` n times
 //! and keep every file open, for `ms` more if given; returns how many
-//! opened, or `err` with the count and the error), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
+//! opened, or `err` with the count and the error), `try-read:<path>` and `try-env:<name>`
+//! (read a file or a variable as the first key's value; when that fails, say
+//! so on stderr and return no pairs, as a contributor that degrades quietly
+//! does), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
 //! `connect:<addr>`, whose result (or error) is returned as the first key's
 //! value, or as `err` when the probe fails.
 
@@ -138,6 +141,20 @@ fn misbehave_once(how: &str) -> Option<Result<Pairs, String>> {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             Some(Ok(vec![(first_key(), files.len().to_string())]))
         }
+        "try-read" => Some(Ok(match std::fs::read_to_string(argument) {
+            Ok(value) => vec![(first_key(), value)],
+            Err(e) => {
+                eprintln!("cannot read {argument}: {e}");
+                Vec::new()
+            }
+        })),
+        "try-env" => Some(Ok(match std::env::var(argument) {
+            Ok(value) => vec![(first_key(), value)],
+            Err(e) => {
+                eprintln!("cannot read ${argument}: {e}");
+                Vec::new()
+            }
+        })),
         "read" => probe(std::fs::read_to_string(argument)),
         "write" => probe(std::fs::write(argument, "written").map(|()| "written".to_string())),
         "list" => probe(std::fs::read_dir(argument).map(|dir| {
