@@ -615,3 +615,105 @@ fn serve_tiers_up_in_a_low_priority_helper_that_dies_with_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn serve_runs_the_hooks_initialize_names_around_exec() {
+    let f = Fixture::new();
+    let record = f.path("payload.json");
+    let marker = f.path("touched");
+    // One hook: saves the payload, and blocks a command naming `touched`.
+    let hook = format!(
+        "cat > {record}; if grep -q touched {record}; then echo 'not here' >&2; exit 2; fi",
+        record = record.display()
+    );
+    let hooks = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": hook}]}]}});
+    let hooks_file = f.write("hooks.json", &hooks.to_string());
+    let execution = serde_json::json!({"callId": "call-7", "name": "bash",
+        "agent": {"session": {"header": {"id": "s-1", "cwd": "/tmp"}}}});
+    let answers = serve_answers(
+        &f,
+        &[],
+        &[
+            // Without hooks, exec's result has no `hooks`.
+            rpc(1, "exec", serde_json::json!({"execution": execution, "command": "true"})),
+            rpc(2, "initialize", serde_json::json!({"hooks": hooks_file})),
+            rpc(
+                3,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "echo ran",
+                    "timeout_ms": 5000, "permission_mode": "acceptEdits"}),
+            ),
+            rpc(
+                4,
+                "exec",
+                serde_json::json!({"execution": execution,
+                    "command": format!("touch {}", marker.display())}),
+            ),
+            rpc(5, "initialize", serde_json::json!({"hooks": {"PreToolUse": []}})),
+            rpc(6, "exec", serde_json::json!({"execution": execution, "command": "true",
+                "permission_mode": "auto"})),
+        ],
+    );
+    assert!(answers[0]["result"].get("hooks").is_none(), "{}", answers[0]);
+    assert_eq!(answers[2]["result"]["stdout"], "ran\n", "{}", answers[2]);
+    assert_eq!(
+        answers[2]["result"]["hooks"],
+        serde_json::json!({"context": [], "feedback": []})
+    );
+    let payload: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(
+        payload,
+        serde_json::json!({"session_id": "s-1", "transcript_path": "", "cwd": "/tmp",
+            "permission_mode": "acceptEdits", "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "echo ran", "timeout": 5000},
+            "tool_use_id": "call-7"})
+    );
+    assert_eq!(answers[3]["error"]["code"], -32001, "{}", answers[3]);
+    assert_eq!(
+        answers[3]["error"]["message"],
+        "blocked by a PreToolUse hook: not here"
+    );
+    assert!(!marker.exists(), "the command must not have run");
+    // Events outside `hooks` are refused, not taken as no hooks; so is a
+    // permission mode Claude Code does not have.
+    assert_eq!(answers[4]["error"]["code"], -32602, "{}", answers[4]);
+    let message = answers[4]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("missing field `hooks`"), "{message}");
+    assert_eq!(answers[5]["error"]["code"], -32602, "{}", answers[5]);
+    let message = answers[5]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("permission_mode"), "{message}");
+}
+
+#[test]
+fn serve_takes_hooks_from_its_flag() {
+    let f = Fixture::new();
+    let record = f.path("payload.json");
+    let hooks = serde_json::json!({"hooks": {"PreToolUse": [{"hooks": [{"type": "command",
+        "command": format!("cat > {}", record.display())}]}]}});
+    let hooks_file = f.write("hooks.json", &hooks.to_string());
+    let mut child = f
+        .command(
+            &["serve", "--home", &f.home(), "--hooks", hooks_file.to_str().unwrap()],
+            &[],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = rpc(1, "exec", serde_json::json!({"execution": {"callId": "c9", "name": "bash"},
+        "command": "true"}));
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{request}").unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let payload: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(payload["tool_use_id"], "c9", "{payload}");
+    let bad = f.write("bad.json", "{\"hooks\": {\"Stop\": []}}");
+    let output = f.run(&["serve", "--home", &f.home(), "--hooks", bad.to_str().unwrap()], &[]);
+    assert_one_line_error(&output, 2, &["hooks file", "bad.json", "event `Stop`"]);
+}
