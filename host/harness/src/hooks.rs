@@ -461,7 +461,7 @@ impl HookVerdict {
         let reasons: Vec<String> = (self.reasons.iter())
             .map(|reason| reason.trim())
             .filter(|reason| !reason.is_empty())
-            .map(escape_controls)
+            .map(|reason| escape_controls(reason).into_owned())
             .collect();
         match (self.decision, reasons.is_empty()) {
             (Some(HookDecision::Ask), true) => {
