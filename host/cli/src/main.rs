@@ -302,7 +302,9 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             // Long-lived: optimized code replaces the baseline when ready.
             let registered = setup.open(dsh_env::Tiering::Background).await?;
             let hooks = hooks.load(&registered)?;
-            serve::serve(registered, hooks).await.map_err(Failure::runtime)?;
+            serve::serve(registered, hooks)
+                .await
+                .map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -86,7 +86,9 @@ struct RunHooks {
 impl RunHooks {
     /// Runs the `PostToolUse` hooks, then prints what every hook said.
     async fn after(&self, response: Value, mut notes: HookNotes) {
-        self.hooks.after_bash(&self.call, response, &mut notes).await;
+        self.hooks
+            .after_bash(&self.call, response, &mut notes)
+            .await;
         for text in notes.context.iter().chain(&notes.feedback) {
             eprintln!("dsh-env: [hook] {}", escape_controls(text.trim_end()));
         }
@@ -109,7 +111,11 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
     };
     // Before the contributors run: a blocked call does nothing at all.
     let notes = match &hooks {
-        Some(run) => run.hooks.before_bash(&run.call).await.map_err(Failure::runtime)?,
+        Some(run) => run
+            .hooks
+            .before_bash(&run.call)
+            .await
+            .map_err(Failure::runtime)?,
         None => HookNotes::default(),
     };
     let collection = collect(&registered, &execution).await?;

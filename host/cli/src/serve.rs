@@ -640,8 +640,9 @@ impl Server {
     fn read_hooks(&self, hooks: &Value) -> Result<Hooks, RpcError> {
         let (registry, dialect) = (self.registry.clone(), HookDialect::ClaudeCode);
         let read = match hooks {
-            Value::String(path) => Hooks::from_file(Path::new(path), dialect, registry)
-                .map_err(|err| err.to_string()),
+            Value::String(path) => {
+                Hooks::from_file(Path::new(path), dialect, registry).map_err(|err| err.to_string())
+            }
             // The document is the params: no file to name.
             Value::Object(_) => Hooks::parse(&hooks.to_string(), "hooks", dialect, registry)
                 .map_err(|err| err.message),

@@ -414,7 +414,10 @@ path = "/abs/b.wasm"
         let manifest = parse("home = \"h\"\nhooks = \"hooks/pre.json\"\n").unwrap();
         let setting = manifest.hooks_setting().unwrap();
         assert_eq!(setting.path, PathBuf::from("/base/hooks/pre.json"));
-        assert_eq!(setting.origin, "`hooks` of manifest m.toml, line 2, column 9");
+        assert_eq!(
+            setting.origin,
+            "`hooks` of manifest m.toml, line 2, column 9"
+        );
         assert_eq!(parse("").unwrap().hooks_setting(), None);
         let err = parse("hooks = 3\n").unwrap_err().to_string();
         assert!(err.contains("line 1, column 9"), "{err}");

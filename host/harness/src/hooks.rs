@@ -660,7 +660,9 @@ impl<E: ShellExecutor> Hooks<E> {
                 tool_name,
                 tool_input,
                 tool_use_id,
-            } => json!({"tool_name": tool_name, "tool_input": tool_input, "tool_use_id": tool_use_id}),
+            } => {
+                json!({"tool_name": tool_name, "tool_input": tool_input, "tool_use_id": tool_use_id})
+            }
             HookEvent::PostToolUse {
                 tool_name,
                 tool_input,

@@ -308,7 +308,10 @@ fn malformed_hooks_files_are_refused_with_their_name() {
     let err = Hooks::parse(&big, "big", HookDialect::ClaudeCode, registry())
         .err()
         .unwrap();
-    assert!(err.to_string().contains("over the limit of 1048576"), "{err}");
+    assert!(
+        err.to_string().contains("over the limit of 1048576"),
+        "{err}"
+    );
 }
 
 /// The model can run commands: a hooks.json that became a FIFO is refused

@@ -441,9 +441,15 @@ fn run_hooks_get_the_call_and_a_blocking_hook_keeps_the_command_from_running() {
         &["blocked by a PreToolUse hook: no touching today"],
     );
     assert!(!marker.exists(), "the command must not have run");
-    assert!(!after.with_extension("json").exists(), "no PostToolUse for a blocked call");
+    assert!(
+        !after.with_extension("json").exists(),
+        "no PostToolUse for a blocked call"
+    );
     let payload = read_json(&blocker.with_extension("json"));
-    assert_eq!(payload["tool_use_id"], "cli", "the call id of an execution-less run");
+    assert_eq!(
+        payload["tool_use_id"], "cli",
+        "the call id of an execution-less run"
+    );
     assert!(payload.get("permission_mode").is_none(), "{payload}");
     assert!(payload.get("session_id").is_none(), "no agent: {payload}");
 }
@@ -475,11 +481,18 @@ fn run_reads_the_manifests_hooks_and_the_flag_overrides_them() {
     assert!(payload.get("permission_mode").is_none(), "{payload}");
 
     std::fs::remove_file(from_manifest.with_extension("json")).unwrap();
-    let flagged = [&args[..], &["--hooks", flag.to_str().unwrap(), "--", "true"]].concat();
+    let flagged = [
+        &args[..],
+        &["--hooks", flag.to_str().unwrap(), "--", "true"],
+    ]
+    .concat();
     let output = f.run(&flagged, &[]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(from_flag.with_extension("json").exists());
-    assert!(!from_manifest.with_extension("json").exists(), "the flag wins");
+    assert!(
+        !from_manifest.with_extension("json").exists(),
+        "the flag wins"
+    );
 
     // A manifest's hooks file that is not there is named with the line
     // that names it; a misspelled key is refused with its line.

@@ -621,9 +621,11 @@ fn serve_runs_the_hooks_initialize_names_around_exec() {
     let f = Fixture::new();
     let record = f.path("payload.json");
     let marker = f.path("touched");
-    // One hook: saves the payload, and blocks a command naming `touched`.
+    // One hook: appends the payload, one a line, and blocks a command
+    // naming `touched`.
     let hook = format!(
-        "cat > {record}; if grep -q touched {record}; then echo 'not here' >&2; exit 2; fi",
+        "payload=$(cat); printf '%s\\n' \"$payload\" >> {record}; \
+         case \"$payload\" in *touched*) echo 'not here' >&2; exit 2;; esac",
         record = record.display()
     );
     let hooks = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
@@ -636,7 +638,11 @@ fn serve_runs_the_hooks_initialize_names_around_exec() {
         &[],
         &[
             // Without hooks, exec's result has no `hooks`.
-            rpc(1, "exec", serde_json::json!({"execution": execution, "command": "true"})),
+            rpc(
+                1,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true"}),
+            ),
             rpc(2, "initialize", serde_json::json!({"hooks": hooks_file})),
             rpc(
                 3,
@@ -650,19 +656,33 @@ fn serve_runs_the_hooks_initialize_names_around_exec() {
                 serde_json::json!({"execution": execution,
                     "command": format!("touch {}", marker.display())}),
             ),
-            rpc(5, "initialize", serde_json::json!({"hooks": {"PreToolUse": []}})),
-            rpc(6, "exec", serde_json::json!({"execution": execution, "command": "true",
-                "permission_mode": "auto"})),
+            rpc(
+                5,
+                "initialize",
+                serde_json::json!({"hooks": {"PreToolUse": []}}),
+            ),
+            rpc(
+                6,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true",
+                "permission_mode": "auto"}),
+            ),
         ],
     );
-    assert!(answers[0]["result"].get("hooks").is_none(), "{}", answers[0]);
+    assert!(
+        answers[0]["result"].get("hooks").is_none(),
+        "{}",
+        answers[0]
+    );
     assert_eq!(answers[2]["result"]["stdout"], "ran\n", "{}", answers[2]);
     assert_eq!(
         answers[2]["result"]["hooks"],
         serde_json::json!({"context": [], "feedback": []})
     );
+    let payloads = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(payloads.lines().count(), 2, "exec 3 and exec 4: {payloads}");
     let payload: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+        serde_json::from_str(payloads.lines().next().unwrap()).unwrap();
     assert_eq!(
         payload,
         serde_json::json!({"session_id": "s-1", "transcript_path": "", "cwd": "/tmp",
@@ -695,7 +715,13 @@ fn serve_takes_hooks_from_its_flag() {
     let hooks_file = f.write("hooks.json", &hooks.to_string());
     let mut child = f
         .command(
-            &["serve", "--home", &f.home(), "--hooks", hooks_file.to_str().unwrap()],
+            &[
+                "serve",
+                "--home",
+                &f.home(),
+                "--hooks",
+                hooks_file.to_str().unwrap(),
+            ],
             &[],
         )
         .stdin(Stdio::piped())
@@ -703,8 +729,12 @@ fn serve_takes_hooks_from_its_flag() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let request = rpc(1, "exec", serde_json::json!({"execution": {"callId": "c9", "name": "bash"},
-        "command": "true"}));
+    let request = rpc(
+        1,
+        "exec",
+        serde_json::json!({"execution": {"callId": "c9", "name": "bash"},
+        "command": "true"}),
+    );
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{request}").unwrap();
     drop(stdin);
@@ -714,6 +744,15 @@ fn serve_takes_hooks_from_its_flag() {
         serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
     assert_eq!(payload["tool_use_id"], "c9", "{payload}");
     let bad = f.write("bad.json", "{\"hooks\": {\"Stop\": []}}");
-    let output = f.run(&["serve", "--home", &f.home(), "--hooks", bad.to_str().unwrap()], &[]);
+    let output = f.run(
+        &[
+            "serve",
+            "--home",
+            &f.home(),
+            "--hooks",
+            bad.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert_one_line_error(&output, 2, &["hooks file", "bad.json", "event `Stop`"]);
 }
