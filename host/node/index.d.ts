@@ -53,10 +53,31 @@ export interface OpenOptions {
    */
   trust?: TrustPolicy;
   /**
-   * A manifest whose `[trust]` (and `home`, after the `home` option) the
-   * registry takes, so that `registerManifest` can register it.
+   * A manifest whose `[trust]` (and `home`, after the `home` option, and
+   * `hooks`, after the `hooks` option) the registry takes, so that
+   * `registerManifest` can register it.
    */
   manifest?: string;
+  /**
+   * Hooks whose `PreToolUse` and `PostToolUse` commands run around every
+   * `exec`: a hooks.json file (Claude Code's format; relative to the
+   * process's cwd) or its document. Checked at once, as the CLI checks one.
+   */
+  hooks?: string | HooksDocument;
+}
+
+/** A hooks.json document, as Claude Code writes one. */
+export interface HooksDocument {
+  hooks: Partial<
+    Record<
+      'SessionStart' | 'PreToolUse' | 'PostToolUse',
+      Array<{
+        /** A tool name, `A|B`, a regular expression, or absent/`*` for all. */
+        matcher?: string;
+        hooks: Array<{ type: 'command'; command: string; /** Seconds, 1 to 86400 (default 60). */ timeout?: number }>;
+      }>
+    >
+  >;
 }
 
 /** A manifest's `[trust]`: the minisign keys trusted to sign contributors. */
@@ -189,6 +210,8 @@ export interface ExecOptions {
    * from 1 to 86400000 (a day), default 120000; any other number is refused.
    */
   timeoutMs?: number;
+  /** Claude Code's permission mode, sent to hooks as `permission_mode` (absent without it). */
+  permissionMode?: 'default' | 'plan' | 'acceptEdits' | 'dontAsk' | 'bypassPermissions';
 }
 
 export interface ExecResult {
@@ -198,6 +221,8 @@ export interface ExecResult {
   stderr: string;
   timedOut: boolean;
   truncated: boolean;
+  /** With hooks: what they said (`additionalContext`; PostToolUse block reasons as feedback). */
+  hooks?: { context: string[]; feedback: string[] };
 }
 
 export type ErrorCode =
@@ -211,7 +236,8 @@ export type ErrorCode =
   | 'DSH_MANIFEST'
   | 'DSH_CONTRIBUTOR'
   | 'DSH_DISPOSED'
-  | 'DSH_EXEC';
+  | 'DSH_EXEC'
+  | 'DSH_HOOK_BLOCKED';
 
 /** A dsh-env failure, with a stable `code` and what it names. */
 export class DshEnvError extends Error {
@@ -228,6 +254,8 @@ export class RegistrationError extends DshEnvError {}
 export class ContributorError extends DshEnvError {}
 /** The command could not be run. */
 export class ExecError extends DshEnvError {}
+/** A PreToolUse hook kept the command from running; the message has its reasons. */
+export class HookBlockedError extends DshEnvError {}
 
 /** A contributor registered in a Registry, until `dispose()`. */
 export class Registration {

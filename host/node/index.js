@@ -62,6 +62,8 @@ class RegistrationError extends DshEnvError {}
 class ContributorError extends DshEnvError {}
 /** The command could not be run. */
 class ExecError extends DshEnvError {}
+/** A PreToolUse hook kept the command from running; the message has its reasons. */
+class HookBlockedError extends DshEnvError {}
 
 const classes = {
   DSH_CONTRIBUTOR: ContributorError,
@@ -72,7 +74,20 @@ const classes = {
   DSH_SIGNATURE: RegistrationError,
   DSH_MANIFEST: RegistrationError,
   DSH_DISPOSED: ContributorError,
+  DSH_HOOK_BLOCKED: HookBlockedError,
 };
+
+/** Refuses an option `known` does not list, naming it (a typo would be dropped in silence). */
+function refuseUnknown(what, options, known) {
+  for (const key of Object.keys(options ?? {})) {
+    if (!known.includes(key)) {
+      throw new DshEnvError({ message: `${what}: unknown option \`${key}\` (known: ${known.join(', ')})`, code: 'DSH_INVALID_ARGUMENT' });
+    }
+  }
+}
+
+const OPEN_OPTIONS = ['home', 'compiler', 'environment', 'trust', 'manifest', 'hooks'];
+const EXEC_OPTIONS = ['env', 'stdin', 'timeoutMs', 'permissionMode'];
 
 /** Rethrows a binding error as the DshEnvError it carries. */
 function rethrow(error) {
@@ -180,10 +195,13 @@ class Registry {
 
   /** Opens a registry; `home` defaults to a `manifest`'s, then $DSH_HOME, then ~/.dsh. */
   static open(options = {}) {
+    refuseUnknown('open options', options, OPEN_OPTIONS);
     const environment = snakeCase(options.environment);
     const trust = snakeCase(options.trust);
     return new Registry(
-      guard(() => binding.Registry.open(options.home, options.compiler ?? defaultCompiler(), environment, trust, options.manifest)),
+      guard(() =>
+        binding.Registry.open(options.home, options.compiler ?? defaultCompiler(), environment, trust, options.manifest, options.hooks),
+      ),
     );
   }
 
@@ -292,17 +310,20 @@ class Registry {
 
   /** Collects, then runs `command` with bash in the agent's cwd with the overlay. */
   async exec(execution, command, options = {}) {
+    refuseUnknown('exec options', options, EXEC_OPTIONS);
     const json = executionJson(execution);
     const report = await guard(() =>
-      this.#native.exec(json, command, options.env, options.stdin, options.timeoutMs),
+      this.#native.exec(json, command, options.env, options.stdin, options.timeoutMs, options.permissionMode),
     );
-    return {
+    const result = {
       exitCode: report.exit_code,
       stdout: report.stdout,
       stderr: report.stderr,
       timedOut: report.timed_out,
       truncated: report.truncated,
     };
+    if (report.hooks !== undefined) result.hooks = report.hooks;
+    return result;
   }
 }
 
@@ -313,5 +334,6 @@ module.exports = {
   RegistrationError,
   ContributorError,
   ExecError,
+  HookBlockedError,
   executionJson,
 };

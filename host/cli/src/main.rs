@@ -66,8 +66,8 @@ enum Command {
     /// Run a command through the local executor, with the overlay.
     #[command(
         after_help = "Exit codes: the command's own; 128+n when signal n killed it; \
-                            124 when it timed out; 125 when dsh-env or a contributor failed \
-                            and the command did not run.\n\n\
+                            124 when it timed out; 125 when dsh-env or a contributor failed, \
+                            or a PreToolUse hook blocked it, and the command did not run.\n\n\
                       Examples:\n  \
                       dsh-env run --manifest dsh-env.toml --execution call.json -- make test\n  \
                       dsh-env run --manifest dsh-env.toml --background -- ./long-job.sh"
@@ -127,6 +127,8 @@ enum Command {
     Serve {
         #[command(flatten)]
         setup: Setup,
+        #[command(flatten)]
+        hooks: setup::HooksArg,
     },
     /// Approve a project manifest (`.dsh/env.toml`) for commands run
     /// without `--manifest`: its exact content, by SHA-256; a changed file
@@ -305,10 +307,13 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             completions::print(shell).map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { setup } => {
+        Command::Serve { setup, hooks } => {
             // Long-lived: optimized code replaces the baseline when ready.
             let registered = setup.open(dsh_env::Tiering::Background).await?;
-            serve::serve(registered).await.map_err(Failure::runtime)?;
+            let hooks = hooks.load(&registered)?;
+            serve::serve(registered, hooks)
+                .await
+                .map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -2,9 +2,15 @@
 //!
 //! Exit codes, as `env`, `timeout` and `docker run` keep theirs apart from
 //! the command's: the command's own code; 128+n when a signal n killed it;
-//! 124 when it timed out; 125 when dsh-env or a contributor failed and the
-//! command did not run. SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to dsh-env
-//! are passed on to the command.
+//! 124 when it timed out; 125 when dsh-env or a contributor failed, or a
+//! `PreToolUse` hook blocked it, and the command did not run. SIGINT,
+//! SIGQUIT, SIGTERM and SIGHUP sent to dsh-env are passed on to the command.
+//!
+//! With hooks (`--hooks`, or the manifest's `hooks`), the `PreToolUse` hooks
+//! run before anything else is done for the call (a block is exit 125,
+//! naming its reasons) and the `PostToolUse` hooks after the command ends
+//! (or has started, with `--background`); what they say is printed on
+//! stderr as `[hook]` lines.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -12,11 +18,14 @@ use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
+use dsh_env::__internal::escape_controls;
 use dsh_env_harness::executor::shell_command;
+use dsh_env_harness::hooks::{BashCall, HookNotes, Hooks, PermissionMode};
 use dsh_env_harness::{ExecError, ShellExecRequest};
+use serde_json::{Value, json};
 
 use crate::failure::{CliResult, Failure};
-use crate::setup::{Call, parse_env_pair};
+use crate::setup::{Call, HooksArg, collect, parse_env_pair};
 
 /// Exit code for dsh-env's own failure (a contributor's included), when the
 /// command did not run.
@@ -30,6 +39,13 @@ const TIMED_OUT: u8 = 124;
 pub(crate) struct Args {
     #[command(flatten)]
     call: Call,
+    #[command(flatten)]
+    hooks: HooksArg,
+    /// Claude Code's permission mode, sent to hooks as `permission_mode`
+    /// (default, plan, acceptEdits, dontAsk, bypassPermissions); without
+    /// it the payload has none.
+    #[arg(long, value_name = "MODE")]
+    permission_mode: Option<PermissionMode>,
     /// An ordinary variable for the command, NAME=VALUE (repeatable; no DSH_* names).
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = parse_env_pair)]
     env: Vec<(String, String)>,
@@ -61,15 +77,50 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
 }
 
+/// The hooks around this run's command, and the call they see.
+struct RunHooks {
+    hooks: Hooks,
+    call: BashCall,
+}
+
+impl RunHooks {
+    /// Runs the `PostToolUse` hooks, then prints what every hook said.
+    async fn after(&self, response: Value, mut notes: HookNotes) {
+        self.hooks
+            .after_bash(&self.call, response, &mut notes)
+            .await;
+        for text in notes.context.iter().chain(&notes.feedback) {
+            eprintln!("dsh-env: [hook] {}", escape_controls(text.trim_end()));
+        }
+    }
+}
+
 /// [`run`], with dsh-env's failures still in their usual codes.
 async fn run_command(args: Args) -> CliResult<ExitCode> {
-    let (execution, registered, collection) = args.call.collect(args.background).await?;
-    let mut request = ShellExecRequest::for_execution(
-        shell_command_line(&args.command),
-        &execution,
-        collection.overlay,
-    )
-    .map_err(Failure::runtime)?;
+    let (execution, registered) = args.call.open(args.background).await?;
+    let line = shell_command_line(&args.command);
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let hooks = match args.hooks.load(&registered)? {
+        Some(hooks) => {
+            let timeout = (!args.background).then_some(timeout);
+            let call = BashCall::new(&execution, &line, timeout, args.permission_mode)
+                .map_err(Failure::runtime)?;
+            Some(RunHooks { hooks, call })
+        }
+        None => None,
+    };
+    // Before the contributors run: a blocked call does nothing at all.
+    let notes = match &hooks {
+        Some(run) => run
+            .hooks
+            .before_bash(&run.call)
+            .await
+            .map_err(Failure::runtime)?,
+        None => HookNotes::default(),
+    };
+    let collection = collect(&registered, &execution).await?;
+    let mut request = ShellExecRequest::for_execution(line, &execution, collection.overlay)
+        .map_err(Failure::runtime)?;
     request.env = args.env.into_iter().collect();
     request.environment = registered.environment;
     let mut command = shell_command(&request).map_err(Failure::runtime)?;
@@ -89,6 +140,10 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
         if let Some(pid) = child.id() {
             eprintln!("dsh-env: started in the background as pid {pid}");
         }
+        if let Some(hooks) = &hooks {
+            let response = json!({"background": true, "pid": child.id()});
+            hooks.after(response, notes).await;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     // A command reading a terminal must stay in its foreground process
@@ -105,22 +160,31 @@ async fn run_command(args: Args) -> CliResult<ExitCode> {
     if let Some(pid) = child.id() {
         forward_signals(pid, own_group);
     }
-    let timeout = Duration::from_secs(args.timeout_secs);
     let waited = tokio::time::timeout(timeout, child.wait()).await;
     // Reaped, its pid may be reused: pass nothing on any more.
     FORWARD_TO.store(0, Ordering::Relaxed);
     let status = match waited {
-        Ok(status) => status.map_err(Failure::runtime)?,
+        Ok(status) => Some(status.map_err(Failure::runtime)?),
         Err(_) => {
             kill(&mut child, own_group);
             let _ = child.wait().await;
-            return Err(Failure {
-                code: TIMED_OUT,
-                message: format!("the command timed out after {} s", args.timeout_secs),
-            });
+            None
         }
     };
-    Ok(ExitCode::from(exit_code(status)))
+    if let Some(hooks) = &hooks {
+        let response = json!({
+            "exit_code": status.and_then(|status| status.code()),
+            "timed_out": status.is_none(),
+        });
+        hooks.after(response, notes).await;
+    }
+    match status {
+        Some(status) => Ok(ExitCode::from(exit_code(status))),
+        None => Err(Failure {
+            code: TIMED_OUT,
+            message: format!("the command timed out after {} s", args.timeout_secs),
+        }),
+    }
 }
 
 /// Where a signal sent to dsh-env goes on to: the command's process group

@@ -33,6 +33,7 @@ use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
     supported_contracts,
 };
+use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};
 use dsh_env_harness::{
     ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
 };
@@ -54,6 +55,8 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 /// A contributor, component or command failed.
 const APPLICATION_ERROR: i64 = -32000;
+/// A `PreToolUse` hook kept `exec`'s command from running.
+const HOOK_BLOCKED: i64 = -32001;
 
 /// The longest request line read; a longer one is answered with an error
 /// and skipped to its newline.
@@ -138,6 +141,14 @@ struct NoParams {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct InitializeParams {
+    /// A hooks.json file (relative to the server's working directory) or
+    /// its document, for every later `exec`.
+    hooks: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DisposeParams {
     name: String,
 }
@@ -160,6 +171,8 @@ struct ExecParams {
     /// Any JSON number, checked by [`ExecParams::timeout`] so that the error
     /// names the member.
     timeout_ms: Option<serde_json::Number>,
+    /// Sent to hooks as `permission_mode`.
+    permission_mode: Option<PermissionMode>,
 }
 
 impl ExecParams {
@@ -177,7 +190,7 @@ impl ExecParams {
 
 /// A method with its parameters, typed.
 enum Call {
-    Initialize,
+    Initialize(Box<InitializeParams>),
     Register(Box<dsh_env::ContributorEntry>),
     Dispose(DisposeParams),
     List,
@@ -197,7 +210,7 @@ impl Call {
     /// `method`'s call, its params typed from `params` (an object's text).
     fn read(method: &str, params: &str) -> Result<Call, RpcError> {
         Ok(match method {
-            "initialize" => typed::<NoParams>(params).map(|_| Call::Initialize)?,
+            "initialize" => Call::Initialize(typed(params)?),
             "register" => Call::Register(typed(params)?),
             "dispose" => Call::Dispose(typed(params)?),
             "list" => typed::<NoParams>(params).map(|_| Call::List)?,
@@ -342,6 +355,9 @@ struct Server {
     host_env: HostEnv,
     /// Held only between awaits, never across one.
     registrations: Mutex<HashMap<String, Registration>>,
+    /// The hooks around `exec`'s commands: `--hooks` or the manifest's,
+    /// until an `initialize` names others. Held only to clone the `Arc`.
+    hooks: Mutex<Option<Arc<Hooks>>>,
 }
 
 /// One line of stdin, as the reader thread saw it.
@@ -421,8 +437,9 @@ async fn write_responses(mut responses: mpsc::UnboundedReceiver<Outgoing>) -> st
 }
 
 /// Serves requests until stdin closes and every request read is answered.
-pub(crate) async fn serve(registered: Registered) -> std::io::Result<()> {
+pub(crate) async fn serve(registered: Registered, hooks: Option<Hooks>) -> std::io::Result<()> {
     let server = Arc::new(Server {
+        hooks: Mutex::new(hooks.map(Arc::new)),
         registry: registered.registry,
         environment: registered.environment,
         host_env: HostEnv::from_process(),
@@ -557,11 +574,17 @@ impl Server {
 
     async fn dispatch(&self, call: Call) -> Result<Value, RpcError> {
         match call {
-            Call::Initialize => Ok(json!({
-                "protocol_version": PROTOCOL_VERSION,
-                "contracts": supported_contracts(),
-                "server": {"name": "dsh-env", "version": env!("CARGO_PKG_VERSION")},
-            })),
+            Call::Initialize(params) => {
+                if let Some(hooks) = params.hooks {
+                    let hooks = self.read_hooks(&hooks)?;
+                    *lock(&self.hooks) = Some(Arc::new(hooks));
+                }
+                Ok(json!({
+                    "protocol_version": PROTOCOL_VERSION,
+                    "contracts": supported_contracts(),
+                    "server": {"name": "dsh-env", "version": env!("CARGO_PKG_VERSION")},
+                }))
+            }
             Call::Register(entry) => self.register(*entry).await,
             Call::Dispose(params) => {
                 let removed = self.registrations().remove(&params.name);
@@ -625,9 +648,42 @@ impl Server {
         Ok(json!({"name": name, "keys": keys}))
     }
 
-    /// `exec`: the overlay for the execution, then the command with it.
+    /// `initialize`'s `hooks`: a file's path (relative to the server's
+    /// working directory) or a hooks.json document, read and checked.
+    fn read_hooks(&self, hooks: &Value) -> Result<Hooks, RpcError> {
+        let (registry, dialect) = (self.registry.clone(), HookDialect::ClaudeCode);
+        let read = match hooks {
+            Value::String(path) => {
+                Hooks::from_file(Path::new(path), dialect, registry).map_err(|err| err.to_string())
+            }
+            // The document is the params: no file to name.
+            Value::Object(_) => Hooks::parse(&hooks.to_string(), "hooks", dialect, registry)
+                .map_err(|err| err.message),
+            _ => Err("expected a hooks.json file's path or its document (an object)".into()),
+        };
+        read.map_err(|err| RpcError::params(format!("hooks: {}", escape_controls(&err))))
+    }
+
+    /// `exec`: the `PreToolUse` hooks, the overlay for the execution, the
+    /// command with it, then the `PostToolUse` hooks.
     async fn exec(&self, params: ExecParams) -> Result<Value, RpcError> {
         let timeout = params.timeout()?;
+        let hooks = lock(&self.hooks).clone();
+        let around = match hooks {
+            Some(hooks) => {
+                let call = BashCall::new(
+                    &params.execution,
+                    &params.command,
+                    timeout,
+                    params.permission_mode,
+                )
+                .map_err(RpcError::app)?;
+                let notes = (hooks.before_bash(&call).await)
+                    .map_err(|blocked| RpcError::new(HOOK_BLOCKED, blocked.to_string()))?;
+                Some((hooks, call, notes))
+            }
+            None => None,
+        };
         let Collection { overlay, .. } = self.collect(&params.execution).await?;
         let mut request =
             ShellExecRequest::for_execution(params.command, &params.execution, overlay)
@@ -642,7 +698,12 @@ impl Server {
             ExecError::Env(env) => RpcError::app(&err).naming(env),
             _ => RpcError::app(&err),
         })?;
-        serde_json::to_value(ExecReport::from(output)).map_err(RpcError::app)
+        let mut report = serde_json::to_value(ExecReport::from(output)).map_err(RpcError::app)?;
+        if let Some((hooks, call, mut notes)) = around {
+            hooks.after_bash(&call, report.clone(), &mut notes).await;
+            report["hooks"] = json!(notes);
+        }
+        Ok(report)
     }
 
     /// The overlay for `execution`.
@@ -654,9 +715,12 @@ impl Server {
     }
 
     fn registrations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registration>> {
-        // A panic elsewhere cannot leave the map half-changed: use it as is.
-        self.registrations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.registrations)
     }
+}
+
+/// `mutex`, locked: a panic elsewhere cannot leave what it holds (a map, an
+/// `Arc`) half-changed, so a poisoned one is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -12,9 +12,10 @@ use dsh_env::__internal::{
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
-    ToolExecution, Trust,
+    ArtifactCache, Collection, DshHome, HooksSetting, HostEnv, Manifest, Mode, Registration,
+    Registry, Tiering, ToolExecution, Trust,
 };
+use dsh_env_harness::hooks::{HookDialect, Hooks};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{home_cache, resolve_home_explained};
@@ -36,6 +37,40 @@ pub(crate) struct Registered {
     pub(crate) home_origin: String,
     /// Every manifest considered, the one used and those skipped.
     pub(crate) manifests: Vec<Considered>,
+    /// The manifest's `hooks` file, if it names one.
+    pub(crate) hooks: Option<HooksSetting>,
+}
+
+/// `--hooks`, for the commands that run a command (`run`, `serve`).
+#[derive(Args)]
+pub(crate) struct HooksArg {
+    /// A hooks.json (Claude Code's format) whose PreToolUse and PostToolUse
+    /// hooks run around the command; instead of the manifest's `hooks`.
+    #[arg(long, value_name = "FILE")]
+    hooks: Option<PathBuf>,
+}
+
+impl HooksArg {
+    /// The hooks of `--hooks`, else of the manifest's `hooks`, read and
+    /// checked (a bad file is a configuration error naming it); their
+    /// hooks collect their own overlays from `registered`'s registry.
+    pub(crate) fn load(&self, registered: &Registered) -> CliResult<Option<Hooks>> {
+        let (path, origin) = match (&self.hooks, &registered.hooks) {
+            (Some(path), _) => (path.clone(), None),
+            (None, Some(setting)) => (setting.path.clone(), Some(setting.origin.as_str())),
+            (None, None) => return Ok(None),
+        };
+        let registry = registered.registry.clone();
+        Hooks::from_file(&path, HookDialect::ClaudeCode, registry)
+            .map(Some)
+            .map_err(|err| {
+                let path = escape_controls(&err.path);
+                Failure::config(match origin {
+                    Some(origin) => format!("hooks file {path} ({origin}): {}", err.message),
+                    None => format!("hooks file {path}: {}", err.message),
+                })
+            })
+    }
 }
 
 /// `--manifest`, `--home` and `--optimize`.
@@ -90,16 +125,30 @@ impl Call {
         background: bool,
         approval: Approval,
     ) -> CliResult<(ToolExecution, Registered, Collection)> {
+        let (execution, registered) = self.open_as(background, approval).await?;
+        let collection = collect(&registered, &execution).await?;
+        Ok((execution, registered, collection))
+    }
+
+    /// Loads the execution (as a background call when `background`) and
+    /// opens the registry, collecting nothing yet.
+    pub(crate) async fn open(&self, background: bool) -> CliResult<(ToolExecution, Registered)> {
+        self.open_as(background, Approval::Required).await
+    }
+
+    /// [`Call::open`], an unapproved project manifest skipped as `approval`
+    /// says.
+    async fn open_as(
+        &self,
+        background: bool,
+        approval: Approval,
+    ) -> CliResult<(ToolExecution, Registered)> {
         let mut execution = self.execution.load()?;
         if background {
             execution = execution.with_mode(Mode::Background);
         }
         let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
-        let collection = (registered.registry)
-            .collect_report(&execution)
-            .await
-            .map_err(Failure::runtime)?;
-        Ok((execution, registered, collection))
+        Ok((execution, registered))
     }
 
     /// Opens the registry (an unapproved project manifest skipped as
@@ -117,6 +166,17 @@ impl Call {
             .map_err(Failure::runtime)?;
         Ok((registered, collection))
     }
+}
+
+/// The overlay for `execution`; a contributor's failure is a runtime error.
+pub(crate) async fn collect(
+    registered: &Registered,
+    execution: &ToolExecution,
+) -> CliResult<Collection> {
+    (registered.registry)
+        .collect_report(execution)
+        .await
+        .map_err(Failure::runtime)
 }
 
 /// A registry for `home` in a new runtime, keeping compiled components in
@@ -192,6 +252,7 @@ impl Setup {
         } = manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
         let registry = open_home_registry(home, tiering, manifest.as_ref())?;
+        let hooks = manifest.as_ref().and_then(Manifest::hooks_setting);
         let (registrations, environment) = match &manifest {
             Some(manifest) => (
                 (registry
@@ -208,6 +269,7 @@ impl Setup {
             environment,
             home_origin,
             manifests: considered,
+            hooks,
         })
     }
 }

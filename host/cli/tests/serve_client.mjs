@@ -165,6 +165,21 @@ assert.deepEqual(missing.error.data, { file: "/no/such.wasm" });
 const badLimit = await call("register", { path: lineage, limits: { deadline_ms: 0 } }, false);
 assert.deepEqual(badLimit.error.data, { limit: "deadline_ms" });
 
+// Hooks, set by initialize (a document): their notes in exec's result, a
+// block as -32001.
+const hooks = {
+  hooks: {
+    PreToolUse: [{ matcher: "Bash", hooks: [{ type: "command", command: 'case "$(cat)" in *forbidden*) echo "not today" >&2; exit 2;; esac' }] }],
+    PostToolUse: [{ hooks: [{ type: "command", command: `cat >/dev/null; echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "seen"}}'` }] }],
+  },
+};
+assert.ok((await call("initialize", { hooks })).result);
+const hooked = await call("exec", { execution, command: "echo fine", permission_mode: "default" });
+assert.deepEqual(hooked.result.hooks, { context: ["seen"], feedback: [] });
+const blocked = await call("exec", { execution, command: "echo forbidden" });
+assert.equal(blocked.error.code, -32001);
+assert.match(blocked.error.message, /blocked by a PreToolUse hook: not today/);
+
 server.stdin.end();
 const code = await new Promise((resolve) => server.on("exit", resolve));
 assert.equal(code, 0);

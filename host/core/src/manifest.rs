@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! home = "~/.dsh"                 # optional; relative to this file
+//! hooks = "hooks.json"            # optional: for `run` and `serve`; relative to this file
 //!
 //! [trust]                         # optional: minisign keys trusted to sign
 //! keys = ["RWQf6LRCGA9i53mlYecO4IzT51TGPpvWucNSCh1CBM0QTaLn73Y7GFO3"]
@@ -44,6 +45,13 @@ use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
 pub struct Manifest {
     /// The harness home, if the manifest sets one.
     pub home: Option<String>,
+    /// A hooks.json (Claude Code or Codex format) for the commands that run
+    /// a command (`run`, `serve`), relative to this file. The core does not
+    /// read it: hooks are the harness's ([`Manifest::hooks_setting`]).
+    pub hooks: Option<String>,
+    /// Where `hooks` is written: line and column.
+    #[serde(skip)]
+    hooks_at: Option<(usize, usize)>,
     /// Whose signatures are trusted.
     #[serde(default)]
     pub trust: TrustEntry,
@@ -182,6 +190,17 @@ impl Manifest {
             path: origin.to_string(),
             message: describe_toml_error(text, &e),
         })?;
+        if manifest.hooks.is_some() {
+            // Read again for its place only: errors about the hooks file
+            // name the manifest line that named it.
+            #[derive(Deserialize)]
+            struct HooksOnly {
+                hooks: toml::Spanned<String>,
+            }
+            manifest.hooks_at = toml::from_str::<HooksOnly>(text)
+                .ok()
+                .map(|only| line_column(text, only.hooks.span().start));
+        }
         manifest.base_dir = base_dir;
         manifest.origin = origin.to_string();
         for (entry, line) in manifest.contributors.iter_mut().zip(entry_lines(text)) {
@@ -242,6 +261,23 @@ impl Manifest {
         })
     }
 
+    /// The manifest's `hooks` file, resolved against the manifest's folder,
+    /// named with the manifest line that sets it.
+    pub fn hooks_setting(&self) -> Option<HooksSetting> {
+        let hooks = self.hooks.as_ref()?;
+        let origin = match self.hooks_at {
+            Some((line, column)) => format!(
+                "`hooks` of manifest {}, line {line}, column {column}",
+                self.origin
+            ),
+            None => format!("`hooks` of manifest {}", self.origin),
+        };
+        Some(HooksSetting {
+            path: self.base_dir.join(hooks),
+            origin,
+        })
+    }
+
     /// The absolute (or cwd-relative) path of a contributor's component, if
     /// its entry names a file rather than a `source`.
     pub fn component_path(&self, entry: &ContributorEntry) -> Option<PathBuf> {
@@ -270,15 +306,30 @@ fn entry_lines(text: &str) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// A manifest's `hooks` file, and where the manifest names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HooksSetting {
+    /// The file, resolved against the manifest's folder.
+    pub path: PathBuf,
+    /// The manifest's file, line and column, for messages.
+    pub origin: String,
+}
+
+/// The 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
 /// The TOML error with its line and column, on one line, and a hint when
 /// an entry was written as a table instead of an array of tables.
 fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim();
     let mut described = match error.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            let (line, column) = line_column(text, span.start);
             format!("line {line}, column {column}: {message}")
         }
         None => message.to_string(),
@@ -384,6 +435,20 @@ path = "/abs/b.wasm"
         assert_eq!(home(""), None);
         let setting = parse("home = \"h\"\n").unwrap().home_setting().unwrap();
         assert_eq!(setting.origin, "m.toml");
+    }
+
+    #[test]
+    fn hooks_are_resolved_against_the_manifest_folder_naming_their_line() {
+        let manifest = parse("home = \"h\"\nhooks = \"hooks/pre.json\"\n").unwrap();
+        let setting = manifest.hooks_setting().unwrap();
+        assert_eq!(setting.path, PathBuf::from("/base/hooks/pre.json"));
+        assert_eq!(
+            setting.origin,
+            "`hooks` of manifest m.toml, line 2, column 9"
+        );
+        assert_eq!(parse("").unwrap().hooks_setting(), None);
+        let err = parse("hooks = 3\n").unwrap_err().to_string();
+        assert!(err.contains("line 1, column 9"), "{err}");
     }
 
     #[test]

@@ -11,13 +11,12 @@ use std::future::Future;
 use serde_json::{Value, json};
 
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecutor};
-use crate::hooks::{HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
+use crate::hooks::{HookContext, HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
 use crate::session::{Event, Session, SessionError, SessionStore};
 use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
 use dsh_env::{Mode, ToolExecution};
 
-/// The name hooks see for the bash tool, as in Claude Code and Codex.
-pub const HOOK_TOOL_NAME: &str = "Bash";
+pub use crate::hooks::HOOK_TOOL_NAME;
 
 /// Most model steps one turn may take.
 pub const MAX_STEPS_PER_TURN: usize = 32;
@@ -157,7 +156,9 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
         let event = HookEvent::SessionStart {
             source: source.into(),
         };
-        let runs = self.hooks.run(&event, &self.session).await;
+        let runs = (self.hooks)
+            .run(&event, &HookContext::of_session(&self.session))
+            .await;
         // What the hooks want the model to know: the session's first message.
         for text in HookVerdict::of(&runs).additional_context {
             self.session.events.push(Event::Message {
@@ -223,14 +224,16 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             .as_str()
             .unwrap_or_default()
             .to_string();
+        let context = HookContext::of_session(&self.session);
         let pre = HookEvent::PreToolUse {
             tool_name: HOOK_TOOL_NAME.into(),
             tool_input: call.arguments.clone(),
+            tool_use_id: call_id.clone(),
         };
-        let mut hooks = self.hooks.run(&pre, &self.session).await;
+        let mut hooks = self.hooks.run(&pre, &context).await;
         let verdict = HookVerdict::of(&hooks);
         let (mut output, is_error) = if verdict.blocks() {
-            (blocked_text(&verdict), true)
+            (verdict.blocked_text(), true)
         } else if call.name != BASH_TOOL_NAME {
             (format!("unknown tool `{}`", call.name), true)
         } else {
@@ -240,9 +243,10 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             let post = HookEvent::PostToolUse {
                 tool_name: HOOK_TOOL_NAME.into(),
                 tool_input: call.arguments.clone(),
+                tool_use_id: call_id.clone(),
                 tool_response: json!({"output": output, "is_error": is_error}),
             };
-            let post_runs = self.hooks.run(&post, &self.session).await;
+            let post_runs = self.hooks.run(&post, &context).await;
             // The tool has run: a PostToolUse block is feedback for the model.
             let post_verdict = HookVerdict::of(&post_runs);
             add_context(&mut output, &verdict.additional_context);
@@ -293,26 +297,6 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             Err(err) => (err.to_string(), true),
         }
     }
-}
-
-/// What the model sees for a call the `PreToolUse` hooks kept from running:
-/// their reasons, one a line.
-fn blocked_text(verdict: &HookVerdict) -> String {
-    let mut text: String = verdict
-        .reasons
-        .iter()
-        .map(|reason| format!("{}\n", reason.trim_end()))
-        .collect();
-    if text.trim().is_empty() {
-        text = match verdict.decision {
-            Some(HookDecision::Ask) => {
-                "a PreToolUse hook asked for confirmation, and no one can give it here\n"
-            }
-            _ => "blocked by a PreToolUse hook\n",
-        }
-        .to_string();
-    }
-    text
 }
 
 /// Appends hook text for the model to a tool result, one `[hook]` line each.

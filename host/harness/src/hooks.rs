@@ -50,8 +50,7 @@ use crate::executor::{
 };
 use crate::session::Session;
 use dsh_env::__internal::escape_controls;
-use dsh_env::Registry;
-use dsh_env::ToolExecution;
+use dsh_env::{Agent, Mode, Registry, ToolExecution};
 
 /// Whose payload shape to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +75,8 @@ pub enum HookEvent {
         tool_name: String,
         /// The model's arguments.
         tool_input: Value,
+        /// The call's id (`tool_use_id` in the payload).
+        tool_use_id: String,
     },
     /// A tool has run.
     PostToolUse {
@@ -83,6 +84,8 @@ pub enum HookEvent {
         tool_name: String,
         /// The model's arguments.
         tool_input: Value,
+        /// The call's id (`tool_use_id` in the payload).
+        tool_use_id: String,
         /// What the tool returned.
         tool_response: Value,
     },
@@ -109,9 +112,179 @@ impl HookEvent {
     }
 }
 
+/// Claude Code's permission mode, sent as `permission_mode` when the
+/// caller names one. The reference harness's execution has no such field,
+/// so it comes from the caller (`run --permission-mode`, `exec`'s
+/// `permission_mode`, the addon's `permissionMode`); without one the field
+/// is left out of the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PermissionMode {
+    /// `default`.
+    Default,
+    /// `plan`.
+    Plan,
+    /// `acceptEdits`.
+    AcceptEdits,
+    /// `dontAsk`.
+    DontAsk,
+    /// `bypassPermissions`.
+    BypassPermissions,
+}
+
+impl PermissionMode {
+    /// Every mode, by its name in the payload.
+    pub const NAMES: [&'static str; 5] = [
+        "default",
+        "plan",
+        "acceptEdits",
+        "dontAsk",
+        "bypassPermissions",
+    ];
+
+    /// Its name in the payload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::Plan => "plan",
+            PermissionMode::AcceptEdits => "acceptEdits",
+            PermissionMode::DontAsk => "dontAsk",
+            PermissionMode::BypassPermissions => "bypassPermissions",
+        }
+    }
+}
+
+/// A name that is not one of [`PermissionMode::NAMES`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "unknown permission mode `{}` (one of: {})",
+    escape_controls(.0),
+    PermissionMode::NAMES.join(", ")
+)]
+pub struct UnknownPermissionMode(pub String);
+
+impl std::str::FromStr for PermissionMode {
+    type Err = UnknownPermissionMode;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        let modes = [
+            PermissionMode::Default,
+            PermissionMode::Plan,
+            PermissionMode::AcceptEdits,
+            PermissionMode::DontAsk,
+            PermissionMode::BypassPermissions,
+        ];
+        (modes.into_iter())
+            .find(|mode| mode.as_str() == name)
+            .ok_or_else(|| UnknownPermissionMode(name.to_string()))
+    }
+}
+
+/// Whose call an event is about, and where: what a payload says beside the
+/// event, and what a hook runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookContext {
+    /// The calling agent: its session id is `session_id`, and each hook's
+    /// own overlay is collected for it. Without one, `session_id` is left
+    /// out and the hooks' overlays have no agent.
+    pub agent: Option<Agent>,
+    /// The payload's `cwd`, `CLAUDE_PROJECT_DIR`, and where hooks run.
+    pub cwd: String,
+    /// `permission_mode`, when the caller knows it.
+    pub permission_mode: Option<PermissionMode>,
+}
+
+impl HookContext {
+    /// The context of `session`'s calls: its agent, its cwd.
+    pub fn of_session(session: &Session) -> Self {
+        HookContext {
+            agent: Some(session.agent()),
+            cwd: session.header.cwd.clone(),
+            permission_mode: None,
+        }
+    }
+
+    /// The context of `execution`: its agent, and its cwd or else this
+    /// process's (where [`ShellExecRequest::for_execution`] runs it too).
+    pub fn of_execution(
+        execution: &ToolExecution,
+        permission_mode: Option<PermissionMode>,
+    ) -> std::io::Result<Self> {
+        let cwd = match execution.agent.as_ref().and_then(|a| a.cwd.clone()) {
+            Some(cwd) => cwd,
+            None => std::env::current_dir()?.display().to_string(),
+        };
+        Ok(HookContext {
+            agent: execution.agent.clone(),
+            cwd,
+            permission_mode,
+        })
+    }
+}
+
+/// The tool name hooks see for a bash command, as in Claude Code and Codex.
+pub const HOOK_TOOL_NAME: &str = "Bash";
+
+/// One bash command run outside the agent loop (`dsh-env run`, `serve`'s
+/// `exec`, the Node addon's `exec`), as its hooks see it.
+#[derive(Debug, Clone)]
+pub struct BashCall {
+    /// Whose call, and where.
+    pub context: HookContext,
+    /// The execution's call id.
+    pub tool_use_id: String,
+    /// As Claude Code's Bash tool has it: `command`, and `timeout` (ms) and
+    /// `run_in_background` when they apply.
+    pub tool_input: Value,
+}
+
+impl BashCall {
+    /// `command` for `execution`, killed after `timeout` (when the caller
+    /// set one), in the execution's mode.
+    pub fn new(
+        execution: &ToolExecution,
+        command: &str,
+        timeout: Option<Duration>,
+        permission_mode: Option<PermissionMode>,
+    ) -> std::io::Result<Self> {
+        let mut tool_input = json!({"command": command});
+        if let Some(timeout) = timeout {
+            let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            tool_input["timeout"] = json!(millis);
+        }
+        if execution.mode == Mode::Background {
+            tool_input["run_in_background"] = json!(true);
+        }
+        Ok(BashCall {
+            context: HookContext::of_execution(execution, permission_mode)?,
+            tool_use_id: execution.call_id.clone(),
+            tool_input,
+        })
+    }
+}
+
+/// What the hooks around a command that ran said, for whoever reads its
+/// result (the agent loop gives the same to the model as `[hook]` lines).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HookNotes {
+    /// The `additionalContext` of the `PreToolUse`, then the `PostToolUse`
+    /// hooks.
+    pub context: Vec<String>,
+    /// The reasons of `PostToolUse` hooks that blocked: feedback, as the
+    /// command has run.
+    pub feedback: Vec<String>,
+}
+
+/// A `PreToolUse` verdict that kept a command from running: deny, or ask
+/// (there is no one to ask). Its message is one line, hook text escaped.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.blocked_line())]
+pub struct HookBlocked(pub HookVerdict);
+
+/// Required: events written at the top level, without `hooks` around
+/// them, would otherwise be no hooks at all, in silence.
 #[derive(Debug, Clone, Deserialize)]
 struct HooksFile {
-    #[serde(default)]
     hooks: BTreeMap<String, Vec<MatcherGroup>>,
 }
 
@@ -263,6 +436,41 @@ impl HookVerdict {
     pub fn blocks(&self) -> bool {
         matches!(self.decision, Some(HookDecision::Deny | HookDecision::Ask))
     }
+
+    /// Why a blocked call did not run, for the model: the reasons, one a
+    /// line, or what blocked it when the hooks gave none.
+    pub fn blocked_text(&self) -> String {
+        let mut text: String = (self.reasons.iter())
+            .map(|reason| format!("{}\n", reason.trim_end()))
+            .collect();
+        if text.trim().is_empty() {
+            text = match self.decision {
+                Some(HookDecision::Ask) => {
+                    "a PreToolUse hook asked for confirmation, and no one can give it here\n"
+                }
+                _ => "blocked by a PreToolUse hook\n",
+            }
+            .to_string();
+        }
+        text
+    }
+
+    /// [`HookVerdict::blocked_text`] as one line, for a terminal or an
+    /// error message: `blocked by a PreToolUse hook: <reasons>`, escaped.
+    fn blocked_line(&self) -> String {
+        let reasons: Vec<String> = (self.reasons.iter())
+            .map(|reason| reason.trim())
+            .filter(|reason| !reason.is_empty())
+            .map(|reason| escape_controls(reason).into_owned())
+            .collect();
+        match (self.decision, reasons.is_empty()) {
+            (Some(HookDecision::Ask), true) => {
+                "a PreToolUse hook asked for confirmation, and no one can give it here".into()
+            }
+            (_, true) => "blocked by a PreToolUse hook".into(),
+            (_, false) => format!("blocked by a PreToolUse hook: {}", reasons.join("; ")),
+        }
+    }
 }
 
 /// Configured hooks of one dialect, and how to run them: with `E`.
@@ -308,7 +516,8 @@ impl HookCommand {
 }
 
 impl Hooks {
-    /// Parses a hooks.json document; its hooks run on this machine.
+    /// Parses a hooks.json document (at most the file's cap, 1 MiB); its
+    /// hooks run on this machine.
     pub fn parse(
         text: &str,
         origin: &str,
@@ -319,6 +528,14 @@ impl Hooks {
             path: origin.to_string(),
             message,
         };
+        // The file's cap, for a document handed over directly too.
+        let cap = dsh_env::__internal::MAX_HOOKS_BYTES;
+        if u64::try_from(text.len()).unwrap_or(u64::MAX) > cap {
+            return Err(error(format!(
+                "{} bytes, over the limit of {cap}",
+                text.len()
+            )));
+        }
         let file: HooksFile = serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
         let mut groups = BTreeMap::new();
         let mut patterns = 0;
@@ -419,43 +636,88 @@ impl<E: ShellExecutor> Hooks<E> {
         &self.executor
     }
 
-    /// The JSON payload a hook of this dialect receives on stdin.
-    pub fn payload(&self, event: &HookEvent, session: &Session) -> Value {
+    /// The JSON payload a hook of this dialect receives on stdin: the
+    /// fields Claude Code sends that apply here (`session_id` only with an
+    /// agent, `permission_mode` only when the caller named one).
+    pub fn payload(&self, event: &HookEvent, context: &HookContext) -> Value {
         let transcript_path = match self.dialect {
             HookDialect::ClaudeCode => json!(""),
             HookDialect::Codex => Value::Null,
         };
-        let mut payload = json!({
-            "session_id": session.id(),
-            "transcript_path": transcript_path,
-            "cwd": session.header.cwd,
-            "hook_event_name": event.name(),
-        });
+        let mut payload = serde_json::Map::new();
+        if let Some(agent) = &context.agent {
+            payload.insert("session_id".into(), json!(agent.session_id));
+        }
+        payload.insert("transcript_path".into(), transcript_path);
+        payload.insert("cwd".into(), json!(context.cwd));
+        if let Some(mode) = context.permission_mode {
+            payload.insert("permission_mode".into(), json!(mode.as_str()));
+        }
+        payload.insert("hook_event_name".into(), json!(event.name()));
         let fields = match event {
             HookEvent::SessionStart { source } => json!({"source": source}),
             HookEvent::PreToolUse {
                 tool_name,
                 tool_input,
-            } => json!({"tool_name": tool_name, "tool_input": tool_input}),
+                tool_use_id,
+            } => {
+                json!({"tool_name": tool_name, "tool_input": tool_input, "tool_use_id": tool_use_id})
+            }
             HookEvent::PostToolUse {
                 tool_name,
                 tool_input,
+                tool_use_id,
                 tool_response,
             } => {
-                json!({"tool_name": tool_name, "tool_input": tool_input, "tool_response": tool_response})
+                json!({"tool_name": tool_name, "tool_input": tool_input,
+                       "tool_response": tool_response, "tool_use_id": tool_use_id})
             }
         };
-        if let (Some(payload), Value::Object(fields)) = (payload.as_object_mut(), fields) {
+        if let Value::Object(fields) = fields {
             payload.extend(fields);
         }
-        payload
+        Value::Object(payload)
+    }
+
+    /// Runs the `PreToolUse` hooks of `call`: the notes for its result, or
+    /// the verdict that keeps it from running.
+    pub async fn before_bash(&self, call: &BashCall) -> Result<HookNotes, HookBlocked> {
+        let event = HookEvent::PreToolUse {
+            tool_name: HOOK_TOOL_NAME.into(),
+            tool_input: call.tool_input.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+        };
+        let verdict = HookVerdict::of(&self.run(&event, &call.context).await);
+        if verdict.blocks() {
+            return Err(HookBlocked(verdict));
+        }
+        Ok(HookNotes {
+            context: verdict.additional_context,
+            feedback: Vec::new(),
+        })
+    }
+
+    /// Runs the `PostToolUse` hooks of `call`, which ran and gave
+    /// `tool_response`, adding what they say to `notes`.
+    pub async fn after_bash(&self, call: &BashCall, tool_response: Value, notes: &mut HookNotes) {
+        let event = HookEvent::PostToolUse {
+            tool_name: HOOK_TOOL_NAME.into(),
+            tool_input: call.tool_input.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+            tool_response,
+        };
+        let verdict = HookVerdict::of(&self.run(&event, &call.context).await);
+        if verdict.decision == Some(HookDecision::Deny) {
+            notes.feedback.extend(verdict.reasons);
+        }
+        notes.context.extend(verdict.additional_context);
     }
 
     /// Runs every hook matching `event`, concurrently (an identical command
     /// once), each with the overlay of a `hook` execution made by the
-    /// session's agent; their runs in hooks.json order. Combine them with
+    /// context's agent; their runs in hooks.json order. Combine them with
     /// [`HookVerdict::of`].
-    pub async fn run(&self, event: &HookEvent, session: &Session) -> Vec<HookRun> {
+    pub async fn run(&self, event: &HookEvent, context: &HookContext) -> Vec<HookRun> {
         let mut commands: Vec<&HookCommand> = Vec::new();
         let groups = self.groups.get(event.name()).into_iter().flatten();
         for (_, hooks) in groups.filter(|(matcher, _)| matcher.matches(event.subject())) {
@@ -470,7 +732,7 @@ impl<E: ShellExecutor> Hooks<E> {
         let runs: Vec<_> = commands
             .into_iter()
             .enumerate()
-            .map(|(index, hook)| self.run_one(event, session, hook, index))
+            .map(|(index, hook)| self.run_one(event, context, hook, index))
             .collect();
         futures::stream::iter(runs)
             .buffered(MAX_CONCURRENT_HOOKS)
@@ -481,7 +743,7 @@ impl<E: ShellExecutor> Hooks<E> {
     async fn run_one(
         &self,
         event: &HookEvent,
-        session: &Session,
+        context: &HookContext,
         hook: &HookCommand,
         index: usize,
     ) -> HookRun {
@@ -496,8 +758,8 @@ impl<E: ShellExecutor> Hooks<E> {
             reason: None,
             additional_context: None,
         };
-        let execution = ToolExecution::new(format!("hook-{}-{index}", event.name()), "hook")
-            .with_agent(session.agent());
+        let mut execution = ToolExecution::new(format!("hook-{}-{index}", event.name()), "hook");
+        execution.agent = context.agent.clone();
         let overlay = match self.registry.collect(&execution).await {
             Ok(overlay) => overlay,
             Err(err) => {
@@ -505,11 +767,11 @@ impl<E: ShellExecutor> Hooks<E> {
                 return run;
             }
         };
-        let mut request = ShellExecRequest::new(hook.command.clone(), &session.header.cwd, overlay);
-        request.stdin = Some(self.payload(event, session).to_string().into_bytes());
+        let mut request = ShellExecRequest::new(hook.command.clone(), &context.cwd, overlay);
+        request.stdin = Some(self.payload(event, context).to_string().into_bytes());
         request
             .env
-            .insert("CLAUDE_PROJECT_DIR".to_string(), session.header.cwd.clone());
+            .insert("CLAUDE_PROJECT_DIR".to_string(), context.cwd.clone());
         request.output_cap = HOOK_OUTPUT_CAP;
         // Checked when the file was read.
         request.timeout = hook.timeout().unwrap_or(DEFAULT_HOOK_TIMEOUT);

@@ -21,6 +21,7 @@ use dsh_env::{
     HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError, ToolExecution,
 };
 use dsh_env::{EnvironmentEntry, TrustEntry};
+use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};
 use dsh_env_harness::{
     ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
 };
@@ -139,6 +140,8 @@ pub struct Registry {
     preparing: Arc<AtomicBool>,
     /// What `exec`'s commands inherit.
     environment: EnvironmentPolicy,
+    /// The hooks around `exec`'s commands.
+    hooks: Option<Hooks>,
 }
 
 /// Registrations by handle id.
@@ -151,7 +154,10 @@ impl Registry {
     /// `$DSH_ENV_COMPILER`, then `PATH`); `trust` a manifest's `[trust]`
     /// (`keys`, `require_signature`), which every registration then passes;
     /// `manifest` a manifest whose `[trust]` (and `home`, after the `home`
-    /// option) the registry takes, so that `register_manifest` can register it.
+    /// option, and `hooks`, after the `hooks` option) the registry takes,
+    /// so that `register_manifest` can register it; `hooks` a hooks.json
+    /// file (relative to the process's cwd) or document, whose `PreToolUse`
+    /// and `PostToolUse` hooks run around `exec`'s commands.
     #[napi(factory)]
     pub fn open(
         home: Option<String>,
@@ -159,6 +165,7 @@ impl Registry {
         environment: Option<Value>,
         trust: Option<Value>,
         manifest: Option<String>,
+        hooks: Option<Value>,
     ) -> Result<Registry> {
         let manifest = manifest.map(|path| read_manifest(&path)).transpose()?;
         let trust = match (trust, &manifest) {
@@ -206,6 +213,7 @@ impl Registry {
             builder = builder.compiler(path);
         }
         let inner = (builder.build()).map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))?;
+        let hooks = read_hooks(hooks, manifest.as_ref(), &inner)?;
         Ok(Registry {
             inner,
             held: Held::default(),
@@ -213,6 +221,7 @@ impl Registry {
             waited: AtomicBool::new(false),
             preparing: Arc::default(),
             environment,
+            hooks,
         })
     }
 
@@ -396,9 +405,12 @@ impl Registry {
     /// `command` with `bash -c` in the agent's cwd through the local
     /// executor: the scrubbed inherited environment, then `env`, then the
     /// overlay. The next call's instances are made while it runs.
+    /// With hooks, their `PreToolUse` hooks run first (a block is a
+    /// `DSH_HOOK_BLOCKED` error) and their `PostToolUse` hooks after, and
+    /// the result has what they said as `hooks`.
     #[napi(
-        ts_args_type = "execution: string, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number",
-        ts_return_type = "Promise<{ exit_code: number | null; stdout: string; stderr: string; timed_out: boolean; truncated: boolean }>"
+        ts_args_type = "execution: string, command: string, env?: Record<string, string>, stdin?: string, timeoutMs?: number, permissionMode?: string",
+        ts_return_type = "Promise<{ exit_code: number | null; stdout: string; stderr: string; timed_out: boolean; truncated: boolean; hooks?: { context: string[]; feedback: string[] } }>"
     )]
     pub async fn exec(
         &self,
@@ -407,13 +419,28 @@ impl Registry {
         env: Option<HashMap<String, String>>,
         stdin: Option<String>,
         timeout_ms: Option<f64>,
+        permission_mode: Option<String>,
     ) -> Result<Value> {
         // A JavaScript number: checked here, as a cast would wrap -1 to 49 days.
         let timeout = timeout_ms
             .map(|ms| checked_timeout("timeoutMs", ms, ms, TimeoutUnit::Milliseconds))
             .transpose()
             .map_err(invalid)?;
+        let permission_mode = (permission_mode.as_deref())
+            .map(str::parse::<PermissionMode>)
+            .transpose()
+            .map_err(|e| invalid(format!("permissionMode: {e}")))?;
         let execution = self::execution(&execution)?;
+        let around = match &self.hooks {
+            Some(hooks) => {
+                let call = BashCall::new(&execution, &command, timeout, permission_mode)
+                    .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
+                let notes = (hooks.before_bash(&call).await)
+                    .map_err(|blocked| failure(blocked, "DSH_HOOK_BLOCKED", Culprit::default()))?;
+                Some((hooks, call, notes))
+            }
+            None => None,
+        };
         let overlay = (self.inner.collect(&execution).await).map_err(|e| failed(&e))?;
         self.prepare_in_background();
         let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
@@ -425,7 +452,12 @@ impl Registry {
             request.timeout = timeout;
         }
         let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
-        serde_json::to_value(ExecReport::from(output)).map_err(invalid)
+        let mut report = serde_json::to_value(ExecReport::from(output)).map_err(invalid)?;
+        if let Some((hooks, call, mut notes)) = around {
+            hooks.after_bash(&call, report.clone(), &mut notes).await;
+            report["hooks"] = json!(notes);
+        }
+        Ok(report)
     }
 }
 
@@ -504,6 +536,34 @@ impl Registration {
         // Unregistered here, outside the lock.
         drop(taken);
     }
+}
+
+/// The hooks of the `hooks` option (a file's path or a hooks.json
+/// document), else of the manifest's `hooks`, read and checked; their own
+/// overlays come from `registry`.
+fn read_hooks(
+    option: Option<Value>,
+    manifest: Option<&Manifest>,
+    registry: &dsh_env::Registry,
+) -> Result<Option<Hooks>> {
+    let (registry, dialect) = (registry.clone(), HookDialect::ClaudeCode);
+    let read = match (option, manifest.and_then(Manifest::hooks_setting)) {
+        (Some(Value::String(path)), _) => {
+            Hooks::from_file(path.as_ref(), dialect, registry).map_err(|e| e.to_string())
+        }
+        // The document is the option: no file to name.
+        (Some(document @ Value::Object(_)), _) => {
+            Hooks::parse(&document.to_string(), "hooks", dialect, registry).map_err(|e| e.message)
+        }
+        (Some(_), _) => {
+            Err("expected a hooks.json file's path or its document (an object)".to_string())
+        }
+        (None, Some(setting)) => Hooks::from_file(&setting.path, dialect, registry)
+            .map_err(|e| format!("hooks file {} ({}): {}", e.path, setting.origin, e.message)),
+        (None, None) => return Ok(None),
+    };
+    read.map(Some)
+        .map_err(|e| invalid(format!("hooks: {}", escape_controls(&e))))
 }
 
 /// The manifest at `path`, or a `DSH_MANIFEST` error naming it.

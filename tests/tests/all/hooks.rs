@@ -93,16 +93,19 @@ async fn claude_code_payloads_are_pinned() {
                "hook_event_name": "SessionStart", "source": "startup"})
     );
     let input = json!({"command": "echo ran", "description": "scripted"});
+    // The call id the session file records for the call.
+    let call_id = format!("{}-call-1", session.id());
     assert_eq!(
         read_json(&dir.path().join("PreToolUse.json")),
         json!({"session_id": session.id(), "transcript_path": "", "cwd": cwd,
-               "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": input})
+               "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": input,
+               "tool_use_id": call_id})
     );
     assert_eq!(
         read_json(&dir.path().join("PostToolUse.json")),
         json!({"session_id": session.id(), "transcript_path": "", "cwd": cwd,
                "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": input,
-               "tool_response": {"output": "ran\n", "is_error": false}})
+               "tool_response": {"output": "ran\n", "is_error": false}, "tool_use_id": call_id})
     );
     for event in ["SessionStart", "PreToolUse", "PostToolUse"] {
         let seen = std::fs::read_to_string(dir.path().join(format!("{event}.session"))).unwrap();
@@ -130,6 +133,7 @@ async fn codex_payloads_are_pinned() {
             "session_id",
             "tool_input",
             "tool_name",
+            "tool_use_id",
             "transcript_path"
         ]
     );
@@ -291,6 +295,21 @@ fn malformed_hooks_files_are_refused_with_their_name() {
     assert!(
         err.to_string()
             .contains("hook type `http` is not supported"),
+        "{err}"
+    );
+    // Events without `hooks` around them would be no hooks at all.
+    let bare = r#"{"PreToolUse": [{"hooks": [{"type": "command", "command": "exit 2"}]}]}"#;
+    let err = Hooks::parse(bare, "bare.json", HookDialect::ClaudeCode, registry())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("missing field `hooks`"), "{err}");
+    // A document handed over directly has the file's cap.
+    let big = format!("{{\"hooks\": {{}}, \"pad\": \"{}\"}}", "x".repeat(1 << 20));
+    let err = Hooks::parse(&big, "big", HookDialect::ClaudeCode, registry())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("over the limit of 1048576"),
         "{err}"
     );
 }

@@ -337,3 +337,177 @@ fn the_manifests_environment_policy_shapes_the_child_and_explain_names_each_rule
     let output = f.run(&["list", "--manifest", bad.to_str().unwrap()], &[]);
     assert_config_error(&output, &["bad.toml", "DSH_SESSION_ID", "only the overlay"]);
 }
+
+/// A hook script that saves its stdin (the payload) and the session the
+/// managed overlay gave it to `<$1>.json` and `<$1>.session`, then prints
+/// `$2` on stderr and exits with `$3` (0 by default).
+fn hook_script(f: &Fixture) -> PathBuf {
+    let script = f.write(
+        "hook.sh",
+        "#!/bin/sh\ncat > \"$1.json\"\nprintf %s \"$DSH_SESSION_ID\" > \"$1.session\"\n\
+         [ -n \"$2\" ] && echo \"$2\" >&2\nexit \"${3:-0}\"\n",
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// A hooks.json whose `PreToolUse` hook runs `pre` and whose `PostToolUse`
+/// hook runs `post`, both Bash-only.
+fn hooks_json(pre: &str, post: &str) -> String {
+    serde_json::json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": pre}]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": post}]}],
+    }})
+    .to_string()
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn run_hooks_get_the_call_and_a_blocking_hook_keeps_the_command_from_running() {
+    let f = Fixture::new();
+    let script = hook_script(&f).display().to_string();
+    let (pre, post) = (f.path("pre"), f.path("post"));
+    let hooks = f.write(
+        "hooks.json",
+        &hooks_json(
+            &format!("{script} {}", pre.display()),
+            &format!("{script} {}", post.display()),
+        ),
+    );
+    let (manifest, home, execution) = (f.path("manifest.toml"), f.home(), f.path("execution.json"));
+    let mut args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    args.extend([
+        "--execution",
+        execution.to_str().unwrap(),
+        "--hooks",
+        hooks.to_str().unwrap(),
+        "--permission-mode",
+        "plan",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let output = f.run(&args, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "ran\n");
+    let input = serde_json::json!({"command": "echo ran", "timeout": 600_000});
+    assert_eq!(
+        read_json(&pre.with_extension("json")),
+        serde_json::json!({"session_id": "child-1", "transcript_path": "", "cwd": "/tmp",
+            "permission_mode": "plan", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": input, "tool_use_id": "c1"})
+    );
+    let post_payload = read_json(&post.with_extension("json"));
+    assert_eq!(post_payload["tool_use_id"], "c1");
+    assert_eq!(post_payload["permission_mode"], "plan");
+    assert_eq!(
+        post_payload["tool_response"],
+        serde_json::json!({"exit_code": 0, "timed_out": false})
+    );
+    let session = std::fs::read_to_string(pre.with_extension("session")).unwrap();
+    assert_eq!(session, "child-1", "the hook ran with the managed overlay");
+
+    // Exit 2 blocks: nothing runs, not even the contributors; exit 125
+    // with the hook's reason.
+    let (blocker, after) = (f.path("blocker"), f.path("after"));
+    let blocking = f.write(
+        "blocking.json",
+        &hooks_json(
+            &format!("{script} {} 'no touching today' 2", blocker.display()),
+            &format!("{script} {}", after.display()),
+        ),
+    );
+    let marker = f.path("touched");
+    let output = f.run(
+        &[
+            "run",
+            "--home",
+            &home,
+            "--hooks",
+            blocking.to_str().unwrap(),
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_run_failure(
+        &output,
+        &["blocked by a PreToolUse hook: no touching today"],
+    );
+    assert!(!marker.exists(), "the command must not have run");
+    assert!(
+        !after.with_extension("json").exists(),
+        "no PostToolUse for a blocked call"
+    );
+    let payload = read_json(&blocker.with_extension("json"));
+    assert_eq!(
+        payload["tool_use_id"], "cli",
+        "the call id of an execution-less run"
+    );
+    assert!(payload.get("permission_mode").is_none(), "{payload}");
+    assert!(payload.get("session_id").is_none(), "no agent: {payload}");
+}
+
+#[test]
+fn run_reads_the_manifests_hooks_and_the_flag_overrides_them() {
+    let f = Fixture::new();
+    let script = hook_script(&f).display().to_string();
+    let (from_manifest, from_flag) = (f.path("from-manifest"), f.path("from-flag"));
+    std::fs::create_dir(f.path("conf")).unwrap();
+    f.write(
+        "conf/hooks.json",
+        &hooks_json(&format!("{script} {}", from_manifest.display()), "true"),
+    );
+    let flag = f.write(
+        "flag.json",
+        &hooks_json(&format!("{script} {}", from_flag.display()), "true"),
+    );
+    let manifest = f.write(
+        "conf/dsh-env.toml",
+        &format!("hooks = \"hooks.json\"\n\n[[contributor]]\npath = {AGENT_LINEAGE:?}\n"),
+    );
+    let home = f.home();
+    let args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    let output = f.run(&[&args[..], &["--", "true"]].concat(), &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let payload = read_json(&from_manifest.with_extension("json"));
+    assert_eq!(payload["hook_event_name"], "PreToolUse");
+    assert!(payload.get("permission_mode").is_none(), "{payload}");
+
+    std::fs::remove_file(from_manifest.with_extension("json")).unwrap();
+    let flagged = [
+        &args[..],
+        &["--hooks", flag.to_str().unwrap(), "--", "true"],
+    ]
+    .concat();
+    let output = f.run(&flagged, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(from_flag.with_extension("json").exists());
+    assert!(
+        !from_manifest.with_extension("json").exists(),
+        "the flag wins"
+    );
+
+    // A manifest's hooks file that is not there is named with the line
+    // that names it; a misspelled key is refused with its line.
+    let broken = f.write(
+        "conf/broken.toml",
+        "# hooks for run and serve\nhooks = \"missing.json\"\n",
+    );
+    let args = f.with_setup("run", broken.to_str().unwrap(), &home);
+    let output = f.run(&[&args[..], &["--", "true"]].concat(), &[]);
+    assert_run_failure(
+        &output,
+        &["missing.json", "`hooks` of manifest", "line 2, column 9"],
+    );
+    let typo = f.write("conf/typo.toml", "hook = \"hooks.json\"\n");
+    let args = f.with_setup("run", typo.to_str().unwrap(), &home);
+    let output = f.run(&[&args[..], &["--", "true"]].concat(), &[]);
+    assert_run_failure(&output, &["line 1, column 1", "unknown field `hook`"]);
+}

@@ -670,3 +670,93 @@ fn serve_explain_says_what_a_contributor_without_its_grant_looked_for() {
         "{result}"
     );
 }
+
+#[test]
+fn serve_runs_the_hooks_initialize_names_around_exec() {
+    let f = Fixture::new();
+    let record = f.path("payload.json");
+    let marker = f.path("touched");
+    // One hook: appends the payload, one a line, and blocks a command
+    // naming `touched`.
+    let hook = format!(
+        "payload=$(cat); printf '%s\\n' \"$payload\" >> {record}; \
+         case \"$payload\" in *touched*) echo 'not here' >&2; exit 2;; esac",
+        record = record.display()
+    );
+    let hooks = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": hook}]}]}});
+    let hooks_file = f.write("hooks.json", &hooks.to_string());
+    let execution = serde_json::json!({"callId": "call-7", "name": "bash",
+        "agent": {"session": {"header": {"id": "s-1", "cwd": "/tmp"}}}});
+    let answers = serve_answers(
+        &f,
+        &[],
+        &[
+            // Without hooks, exec's result has no `hooks`.
+            rpc(
+                1,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true"}),
+            ),
+            rpc(2, "initialize", serde_json::json!({"hooks": hooks_file})),
+            rpc(
+                3,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "echo ran",
+                    "timeout_ms": 5000, "permission_mode": "acceptEdits"}),
+            ),
+            rpc(
+                4,
+                "exec",
+                serde_json::json!({"execution": execution,
+                    "command": format!("touch {}", marker.display())}),
+            ),
+            rpc(
+                5,
+                "initialize",
+                serde_json::json!({"hooks": {"PreToolUse": []}}),
+            ),
+            rpc(
+                6,
+                "exec",
+                serde_json::json!({"execution": execution, "command": "true",
+                "permission_mode": "auto"}),
+            ),
+        ],
+    );
+    assert!(
+        answers[0]["result"].get("hooks").is_none(),
+        "{}",
+        answers[0]
+    );
+    assert_eq!(answers[2]["result"]["stdout"], "ran\n", "{}", answers[2]);
+    assert_eq!(
+        answers[2]["result"]["hooks"],
+        serde_json::json!({"context": [], "feedback": []})
+    );
+    let payloads = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(payloads.lines().count(), 2, "exec 3 and exec 4: {payloads}");
+    let payload: serde_json::Value =
+        serde_json::from_str(payloads.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        payload,
+        serde_json::json!({"session_id": "s-1", "transcript_path": "", "cwd": "/tmp",
+            "permission_mode": "acceptEdits", "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "echo ran", "timeout": 5000},
+            "tool_use_id": "call-7"})
+    );
+    assert_eq!(answers[3]["error"]["code"], -32001, "{}", answers[3]);
+    assert_eq!(
+        answers[3]["error"]["message"],
+        "blocked by a PreToolUse hook: not here"
+    );
+    assert!(!marker.exists(), "the command must not have run");
+    // Events outside `hooks` are refused, not taken as no hooks; so is a
+    // permission mode Claude Code does not have.
+    assert_eq!(answers[4]["error"]["code"], -32602, "{}", answers[4]);
+    let message = answers[4]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("missing field `hooks`"), "{message}");
+    assert_eq!(answers[5]["error"]["code"], -32602, "{}", answers[5]);
+    let message = answers[5]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("permission_mode"), "{message}");
+}
