@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod artifact;
 pub mod auth;
 
 use std::net::{IpAddr, SocketAddr};
@@ -46,6 +47,7 @@ use dsh_env::__internal::{sha256_hex, verify_sha256};
 use dsh_env::{ManifestProblem, StoreProblem};
 use dsh_env::{OciReference, Store, StoredArtifact};
 
+pub use artifact::{ComponentWorld, DescribeError, Description};
 pub use auth::{AuthError, AuthFiles, Credential};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
@@ -225,35 +227,95 @@ pub enum OciProblem {
     Store(#[from] StoreProblem),
 }
 
+/// A component to push, with what its artifact says about it.
+#[derive(Debug, Clone)]
+pub struct Artifact<'a> {
+    /// The component.
+    pub wasm: &'a [u8],
+    /// The text of its `.minisig`, if it has one: the [`SIGNATURE_ANNOTATION`].
+    pub signature: Option<&'a str>,
+    /// The config's `component`; the spec asks for it for `os: wasip2`, so
+    /// only bytes that are not a component go without.
+    pub component: Option<ComponentWorld>,
+    /// The manifest's `org.opencontainers.image.*` annotations.
+    pub description: Description,
+}
+
+impl<'a> Artifact<'a> {
+    /// `wasm` described from itself alone: its world, if it decodes, and
+    /// its own metadata, if readable.
+    pub fn of(wasm: &'a [u8], signature: Option<&'a str>) -> Self {
+        Artifact {
+            wasm,
+            signature,
+            component: ComponentWorld::decode(wasm).ok(),
+            description: Description::from_component(wasm).unwrap_or_default(),
+        }
+    }
+}
+
 /// Pushes `wasm` (and `signature`, the text of its `.minisig`) to the tag
-/// `reference` names, as a Wasm OCI artifact; returns the reference pinned
-/// to the manifest's digest.
+/// `reference` names, as a Wasm OCI artifact described from the component
+/// alone ([`Artifact::of`]); returns the reference pinned to the manifest's
+/// digest.
 pub async fn push(
     wasm: &[u8],
     signature: Option<&str>,
     reference: &OciReference,
     options: &Options,
 ) -> Result<OciReference, OciError> {
-    let layer_digest = format!("sha256:{}", sha256_hex(wasm));
-    let config = serde_json::to_vec(&serde_json::json!({
-        "created": now_rfc3339(),
+    push_artifact(&Artifact::of(wasm, signature), reference, options).await
+}
+
+/// Pushes `artifact` to the tag `reference` names: its config (with the
+/// `component`), its layer, and its manifest (annotated, the signature
+/// too); returns the reference pinned to the manifest's digest. A manifest
+/// or config over the caps a pull reads under is refused before anything
+/// is sent.
+pub async fn push_artifact(
+    artifact: &Artifact<'_>,
+    reference: &OciReference,
+    options: &Options,
+) -> Result<OciReference, OciError> {
+    let fail = failing(reference);
+    let created = now_rfc3339();
+    let layer_digest = format!("sha256:{}", sha256_hex(artifact.wasm));
+    let mut config = serde_json::json!({
+        "created": created,
         "architecture": "wasm",
         "os": "wasip2",
         "layerDigests": [layer_digest],
-    }))
-    .expect("a JSON value serializes");
+    });
+    if let Some(component) = &artifact.component {
+        config["component"] = serde_json::to_value(component).expect("a world serializes");
+    }
+    let config = serde_json::to_vec(&config).expect("a JSON value serializes");
+    if config.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(OciProblem::TooLarge {
+            what: "config",
+            cap: MAX_CONFIG_BYTES,
+        }));
+    }
     let config_digest = format!("sha256:{}", sha256_hex(&config));
-    let mut manifest = serde_json::json!({
+    let mut annotations = artifact.description.annotations(&created);
+    if let Some(signature) = artifact.signature {
+        annotations.insert(SIGNATURE_ANNOTATION.to_string(), signature.to_string());
+    }
+    let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST_MEDIA_TYPE,
         "config": {"mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": layer_digest, "size": wasm.len()}],
+        "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": layer_digest, "size": artifact.wasm.len()}],
+        "annotations": annotations,
     });
-    if let Some(signature) = signature {
-        manifest["annotations"] = serde_json::json!({ SIGNATURE_ANNOTATION: signature });
-    }
     let manifest = serde_json::to_vec(&manifest).expect("a JSON value serializes");
-    push_image(reference, &manifest, &[wasm, &config], options).await
+    if manifest.len() as u64 > MAX_OCI_MANIFEST_BYTES {
+        return Err(fail(OciProblem::TooLarge {
+            what: "manifest",
+            cap: MAX_OCI_MANIFEST_BYTES,
+        }));
+    }
+    push_image(reference, &manifest, &[artifact.wasm, &config], options).await
 }
 
 /// Pushes any OCI image: each of `blobs` (unless the registry has it
