@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use dsh_env::__internal::escape_controls;
 use wasmparser::{ComponentName, KnownCustom, Parser, Payload};
-use wit_parser::decoding::{DecodedWasm, decode};
 use wit_parser::WorldKey;
+use wit_parser::decoding::{DecodedWasm, decode};
 
 /// The import whose version names the contract a contributor targets:
 /// every contributor's exports use its types.
@@ -178,10 +178,11 @@ impl Description {
                     continue;
                 }
             };
-            let text = std::str::from_utf8(section.data()).map_err(|_| DescribeError::Metadata {
-                section: field,
-                problem: "is not UTF-8",
-            })?;
+            let text =
+                std::str::from_utf8(section.data()).map_err(|_| DescribeError::Metadata {
+                    section: field,
+                    problem: "is not UTF-8",
+                })?;
             *slot = Some(checked(field, text).map_err(|_| DescribeError::Metadata {
                 section: field,
                 problem: "is over 4096 characters",

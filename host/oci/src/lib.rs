@@ -41,7 +41,7 @@ use std::time::Duration;
 use dsh_env::__internal::escape_controls;
 use dsh_env::__internal::{
     MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
-    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
+    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host, layout_name,
 };
 use dsh_env::__internal::{sha256_hex, verify_sha256};
 use dsh_env::{ManifestProblem, StoreProblem};
@@ -365,6 +365,8 @@ pub struct Pulled {
     artifact: StoredArtifact,
     manifest: Vec<u8>,
     config: Vec<u8>,
+    /// The tag it was fetched by, if any, as a reference.
+    tagged: Option<OciReference>,
 }
 
 impl Pulled {
@@ -374,14 +376,21 @@ impl Pulled {
     }
 
     /// Writes the artifact's blobs to `store` (the manifest last, so a
-    /// manifest in the store always finds its blobs), and returns it as the
-    /// store gives it back.
+    /// manifest in the store always finds its blobs), lists it in the
+    /// store's `index.json` under its pinned reference (and the tag it was
+    /// fetched by), and returns it as the store gives it back.
     pub fn commit(self, store: &Store) -> Result<StoredArtifact, OciError> {
         let reference = &self.artifact.reference;
         let fail = failing(reference);
+        let mut manifest_hex = String::new();
         for blob in [&self.artifact.wasm, &self.config, &self.manifest] {
-            store.put_blob(blob).map_err(|e| fail(e.into()))?;
+            manifest_hex = store.put_blob(blob).map_err(|e| fail(e.into()))?;
         }
+        let names: Vec<String> = std::iter::once(reference)
+            .chain(&self.tagged)
+            .map(layout_name)
+            .collect();
+        (store.record(&manifest_hex, &names)).map_err(|e| fail(e.into()))?;
         store.load(reference).map_err(|e| fail(e.problem.into()))
     }
 }
@@ -413,6 +422,7 @@ pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled
             },
             manifest: manifest_bytes,
             config,
+            tagged: reference.tag().map(|_| reference.clone()),
         })
     })
     .await
