@@ -989,7 +989,9 @@ mod tests {
 
         // gc keeps only what is pinned, and the index only what is kept.
         let kept = OciReference::parse(&format!("oci://r.example/a@sha256:{newer}")).unwrap();
-        let sweep = store.sweep(Keep::Pinned(std::slice::from_ref(&kept))).unwrap();
+        let sweep = store
+            .sweep(Keep::Pinned(std::slice::from_ref(&kept)))
+            .unwrap();
         assert_eq!(sweep.kept, 3, "{sweep:?}");
         assert_eq!(index(), vec![(newer.clone(), tag)]);
         assert!(store.load(&kept).is_ok());

@@ -4,9 +4,13 @@
 //! is accepted ([`pull`] does both).
 //!
 //! The artifact: an OCI image manifest with exactly one `application/wasm`
-//! layer (the component), an `application/vnd.wasm.config.v0+json` config,
-//! and the signature, if any, as the [`SIGNATURE_ANNOTATION`] on the
-//! manifest, so the manifest digest pins the signature with the code.
+//! layer (the component), an `application/vnd.wasm.config.v0+json` config
+//! (with the `component` object, [`ComponentWorld`], the CNCF layout asks
+//! for with `os: wasip2`), the `org.opencontainers.image.*` annotations
+//! ([`Description`]), and the signature, if any, as the
+//! [`SIGNATURE_ANNOTATION`] on the manifest, so the manifest digest pins the
+//! signature with the code. A commit lists the artifact in the store's OCI
+//! image layout ([`Store::record`]).
 //!
 //! The distribution protocol is spoken here, over one `reqwest` client, so
 //! that every byte a registry sends is read under a cap: the manifest under
