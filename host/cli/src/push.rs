@@ -1,6 +1,9 @@
 //! `dsh-env push`: ship a component to an OCI registry as a Wasm artifact,
 //! with the minisign signature that sits beside it, and print the reference
-//! pinned to what was pushed.
+//! pinned to what was pushed. The artifact is described as the CNCF Wasm
+//! layout and the OCI annotations ask: its world and contract version in
+//! the config, its title, version, description, source and licenses on the
+//! manifest (the component's own metadata first, these flags for the rest).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +14,7 @@ use dsh_env::__internal::not_a_component_reason;
 use dsh_env::__internal::{MAX_COMPONENT_BYTES, read_regular_file, read_regular_text};
 use dsh_env::OciReference;
 use dsh_env::ReadProblem;
+use dsh_env_oci::{Artifact, ComponentWorld, DescribeError, Description};
 
 use crate::failure::{CliResult, Failure};
 use crate::network::NetworkArgs;
@@ -25,6 +29,25 @@ pub(crate) struct Args {
     file: PathBuf,
     /// Where to: `<registry>/<repository>:<tag>` (`oci://` optional).
     target: String,
+    /// The `org.opencontainers.image.title`, unless the component names itself.
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
+    /// The `org.opencontainers.image.version`, unless the component's
+    /// `version` metadata says it (then they must agree).
+    #[arg(long = "version", value_name = "VERSION")]
+    artifact_version: Option<String>,
+    /// The `org.opencontainers.image.description`, unless the component's
+    /// metadata has one.
+    #[arg(long, value_name = "TEXT")]
+    description: Option<String>,
+    /// The `org.opencontainers.image.source` (the source code's URL),
+    /// unless the component's metadata has one.
+    #[arg(long, value_name = "URL")]
+    source: Option<String>,
+    /// The `org.opencontainers.image.licenses` (an SPDX expression),
+    /// unless the component's metadata has them.
+    #[arg(long, value_name = "SPDX")]
+    licenses: Option<String>,
     #[command(flatten)]
     network: NetworkArgs,
 }
@@ -51,8 +74,28 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         }
         Err(e) => return Err(Failure::config(format!("cannot read signature {e}"))),
     };
+    let not_described = |e: DescribeError| Failure::config(format!("{shown_file}: {e}"));
+    let component = ComponentWorld::decode(&wasm).map_err(not_described)?;
+    if component.target.is_none() {
+        return Err(not_described(DescribeError::NoContract));
+    }
+    let given = Description {
+        title: args.title.clone(),
+        version: args.artifact_version.clone(),
+        description: args.description.clone(),
+        source: args.source.clone(),
+        licenses: args.licenses.clone(),
+    };
+    let description = (Description::from_component(&wasm).and_then(|own| own.or(&given)))
+        .map_err(not_described)?;
+    let artifact = Artifact {
+        wasm: &wasm,
+        signature: signature.as_deref(),
+        component: Some(component),
+        description,
+    };
     let options = args.network.options(&reference)?;
-    let pinned = dsh_env_oci::push(&wasm, signature.as_deref(), &reference, &options)
+    let pinned = dsh_env_oci::push_artifact(&artifact, &reference, &options)
         .await
         .map_err(Failure::config)?;
     eprintln!(

@@ -115,8 +115,8 @@ pub mod __internal {
     pub use crate::signature::read_signature;
     pub use crate::spec::default_signature_path;
     pub use crate::store::{
-        MAX_LAYER_BYTES, MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, OCI_SCHEME,
-        SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest,
-        is_loopback_host,
+        MAX_INDEX_BYTES, MAX_LAYER_BYTES, MAX_OCI_MANIFEST_BYTES, OCI_INDEX_MEDIA_TYPE,
+        OCI_MANIFEST_MEDIA_TYPE, OCI_SCHEME, REF_NAME_ANNOTATION, SIGNATURE_ANNOTATION,
+        WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host, layout_name,
     };
 }

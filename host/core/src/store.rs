@@ -8,10 +8,21 @@
 //! manifest digest a manifest entry pins also pins the signature.
 //!
 //! The network side (`dsh-env-oci`) verifies every blob's digest and puts it
-//! here with [`Store::put_blob`]; [`Store::load`] then reads an artifact back
-//! by its digest-pinned reference, verifying again, without the network.
+//! here with [`Store::put_blob`], then names the manifest with
+//! [`Store::record`]; [`Store::load`] then reads an artifact back by its
+//! digest-pinned reference, verifying again, without the network.
 //! Blobs are files named by their digest (`blobs/sha256/<hex>`), written whole
 //! ([`crate::atomic_file`]), so two pulls of the same bytes agree.
+//!
+//! The store is an OCI image layout, so standard OCI tools (`skopeo copy
+//! oci:<store>:<name> …`) read it and can seed it: an `oci-layout` file, and
+//! an `index.json` listing each stored manifest under its
+//! [`REF_NAME_ANNOTATION`] ([`layout_name`]: the reference without
+//! `oci://`). Loading needs only the blobs, so a home from before the layout
+//! (bare `blobs/sha256/`) reads as before, and gets the layout files on its
+//! next [`Store::record`]. `index.json` is rewritten whole; two `add`s
+//! recording at the same moment may leave one name out (the blobs, and so
+//! every load, are unaffected; the next record or gc lists what is there).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -37,6 +48,18 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.dsh-env.signature.minisign";
 pub const MAX_OCI_MANIFEST_BYTES: u64 = 64 << 10;
 /// The largest layer (component) read or pulled: the component file cap.
 pub const MAX_LAYER_BYTES: u64 = MAX_COMPONENT_BYTES;
+/// The media type of an OCI image index: the store layout's `index.json`.
+pub const OCI_INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+/// The annotation naming a manifest in an OCI image layout's `index.json`:
+/// what `skopeo`'s `oci:<dir>:<name>` matches.
+pub const REF_NAME_ANNOTATION: &str = "org.opencontainers.image.ref.name";
+/// The largest `index.json` read: thousands of entries of about 300 bytes.
+pub const MAX_INDEX_BYTES: u64 = 4 << 20;
+/// The OCI image layout's marker file, and what it says.
+const LAYOUT_FILE: &str = "oci-layout";
+const LAYOUT_TEXT: &str = "{\"imageLayoutVersion\":\"1.0.0\"}";
+/// The OCI image layout's index of manifests.
+const INDEX_FILE: &str = "index.json";
 
 /// Registry repositories and tags longer than this are refused (the
 /// distribution spec bounds a tag at 128 characters).
@@ -378,6 +401,24 @@ fn descriptor(
     Ok((digest.to_string(), size))
 }
 
+/// An `index.json` entry for the manifest `hex` of `size` bytes, named `name`.
+fn index_entry(hex: &str, size: u64, name: Option<&str>) -> serde_json::Value {
+    let mut entry = serde_json::json!({
+        "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+        "digest": format!("sha256:{hex}"),
+        "size": size,
+    });
+    if let Some(name) = name {
+        entry["annotations"] = serde_json::json!({ REF_NAME_ANNOTATION: name });
+    }
+    entry
+}
+
+/// The name an `index.json` entry has, if any.
+fn ref_name(entry: &serde_json::Value) -> Option<&str> {
+    entry["annotations"][REF_NAME_ANNOTATION].as_str()
+}
+
 /// A JSON value from a registry, short and escaped, for a message.
 fn shown_json(value: &serde_json::Value) -> String {
     let text = value.to_string();
@@ -464,6 +505,16 @@ pub enum StoreProblem {
         /// Why.
         source: std::io::Error,
     },
+    /// The layout's `index.json` is not an OCI image index.
+    #[error(
+        "{path} is not an OCI image index ({problem}); move it aside and run `dsh-env add` or `pull` again"
+    )]
+    Index {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// The store's directory could not be listed, or a blob removed.
     #[error("cannot sweep {path}: {source}")]
     Sweep {
@@ -472,6 +523,15 @@ pub enum StoreProblem {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// The name of the artifact `reference` names in the store's `index.json`
+/// (its [`REF_NAME_ANNOTATION`]): the reference without `oci://`, e.g.
+/// `ghcr.io/org/lineage@sha256:<hex>` or `ghcr.io/org/lineage:v1`, which
+/// is what `skopeo` takes after `oci:<store>:`.
+pub fn layout_name(reference: &OciReference) -> String {
+    let text = reference.to_string();
+    text.strip_prefix(OCI_SCHEME).unwrap_or(&text).to_string()
 }
 
 /// Which artifacts [`Store::sweep`] keeps; every other file goes.
@@ -552,8 +612,118 @@ impl Store {
         Ok(hex)
     }
 
+    /// Lists the stored manifest `hex` in the layout's `index.json` under
+    /// each of `names` (see [`layout_name`]; a name another manifest had
+    /// moves here), or unnamed if `names` is empty; writes `oci-layout`
+    /// first if it is missing. A store without `index.json` (made before
+    /// the layout) gets one listing every Wasm artifact it already holds.
+    /// Call it once the manifest's blobs are all in.
+    pub fn record(&self, hex: &str, names: &[String]) -> Result<(), StoreProblem> {
+        let layout = self.root.join(LAYOUT_FILE);
+        if !layout.exists() {
+            self.write_whole(&layout, LAYOUT_TEXT.as_bytes())?;
+        }
+        let mut entries = match self.read_index()? {
+            Some(entries) => entries,
+            None => (self.blob_names()?.into_iter())
+                .filter(|(name, bytes)| *bytes <= MAX_OCI_MANIFEST_BYTES && name != hex)
+                .filter(|(name, _)| self.stored_manifest(name).is_some())
+                .map(|(name, bytes)| index_entry(&name, bytes, None))
+                .collect(),
+        };
+        let size = std::fs::metadata(self.blob_path(hex)).map_or(0, |m| m.len());
+        let digest = format!("sha256:{hex}");
+        entries.retain(|entry| match ref_name(entry) {
+            Some(name) => !names.iter().any(|given| given == name),
+            None => entry["digest"] != digest.as_str(),
+        });
+        if names.is_empty() {
+            if !entries
+                .iter()
+                .any(|entry| entry["digest"] == digest.as_str())
+            {
+                entries.push(index_entry(hex, size, None));
+            }
+        } else {
+            entries.extend(names.iter().map(|name| index_entry(hex, size, Some(name))));
+        }
+        self.write_index(entries)
+    }
+
+    /// The manifests `index.json` lists, if there is one.
+    fn read_index(&self) -> Result<Option<Vec<serde_json::Value>>, StoreProblem> {
+        let path = self.root.join(INDEX_FILE);
+        let problem = |problem: String| StoreProblem::Index {
+            path: escape_controls(&path.display().to_string()).into_owned(),
+            problem,
+        };
+        let bytes = match read_regular_file(&path, MAX_INDEX_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if matches!(&e.problem, ReadProblem::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(problem(e.problem.to_string())),
+        };
+        let index: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| problem(format!("not JSON: {e}")))?;
+        match index.get("manifests").and_then(|m| m.as_array()) {
+            Some(manifests) => Ok(Some(manifests.clone())),
+            None => Err(problem("it has no `manifests` list".into())),
+        }
+    }
+
+    /// Writes `index.json` listing `entries`, whole.
+    fn write_index(&self, entries: Vec<serde_json::Value>) -> Result<(), StoreProblem> {
+        let index = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX_MEDIA_TYPE,
+            "manifests": entries,
+        });
+        let text = serde_json::to_vec_pretty(&index).expect("a JSON value serializes");
+        self.write_whole(&self.root.join(INDEX_FILE), &text)
+    }
+
+    /// Writes `bytes` to `path` whole, its directory made if need be.
+    fn write_whole(&self, path: &Path, bytes: &[u8]) -> Result<(), StoreProblem> {
+        let failed = |source| StoreProblem::Write {
+            path: escape_controls(&path.display().to_string()).into_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        crate::atomic_file::write(path, bytes).map_err(failed)
+    }
+
+    /// The plain files in the blob directory, (name, size), in name order;
+    /// none if there is no directory.
+    fn blob_names(&self) -> Result<Vec<(String, u64)>, StoreProblem> {
+        let dir = self.root.join("blobs").join("sha256");
+        let failed = |path: &Path| {
+            let path = escape_controls(&path.display().to_string()).into_owned();
+            move |source| StoreProblem::Sweep { path, source }
+        };
+        let entries = match std::fs::read_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            result => result.map_err(failed(&dir))?,
+        };
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(failed(&dir))?;
+            let metadata = entry.metadata().map_err(failed(&entry.path()))?;
+            if !metadata.is_dir() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                files.push((name, metadata.len()));
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
     /// Removes every file in the store's blob directory that `keep` does
-    /// not keep, and says what it removed. Run it while no `add` is writing
+    /// not keep, and says what it removed; `index.json` then lists only
+    /// manifests still there. Run it while no `add` is writing
     /// to the same store: a pull's blobs are written before its manifest.
     pub fn sweep(&self, keep: Keep<'_>) -> Result<Sweep, StoreProblem> {
         let dir = self.root.join("blobs").join("sha256");
@@ -561,21 +731,8 @@ impl Store {
             let path = escape_controls(&path.display().to_string()).into_owned();
             move |source| StoreProblem::Sweep { path, source }
         };
-        let entries = match std::fs::read_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Sweep::default()),
-            result => result.map_err(failed(&dir))?,
-        };
-        // (name, is a plain file, size); subdirectories are left alone.
-        let mut files = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(failed(&dir))?;
-            let metadata = entry.metadata().map_err(failed(&entry.path()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !metadata.is_dir() {
-                files.push((name, metadata.len()));
-            }
-        }
-        files.sort();
+        // Subdirectories are left alone.
+        let files = self.blob_names()?;
         let roots: Vec<&str> = match keep {
             Keep::Pinned(references) => references.iter().filter_map(|r| r.digest_hex()).collect(),
             Keep::Stored => (files.iter())
@@ -606,6 +763,22 @@ impl Store {
                 name: escape_controls(&name).into_owned(),
                 bytes,
             });
+        }
+        if !sweep.removed.is_empty()
+            && let Some(entries) = self.read_index()?
+        {
+            let before = entries.len();
+            let kept: Vec<_> = (entries.into_iter())
+                .filter(|entry| {
+                    let hex = entry["digest"]
+                        .as_str()
+                        .and_then(|d| d.strip_prefix("sha256:"));
+                    hex.is_none_or(|hex| live.contains(hex))
+                })
+                .collect();
+            if kept.len() != before {
+                self.write_index(kept)?;
+            }
         }
         Ok(sweep)
     }
@@ -752,6 +925,83 @@ mod tests {
             error("oci://host/a\n").to_string(),
             "`oci://host/a\\n`: the repository must be lowercase path components \
              of letters, digits and . _ - (at most 255 characters)"
+        );
+    }
+
+    #[test]
+    fn the_store_is_an_oci_layout_whose_index_follows_records_and_sweeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("store"));
+        let artifact = |layer: &[u8]| {
+            let (layer_hex, config) = (store.put_blob(layer).unwrap(), b"{}");
+            let config_hex = store.put_blob(config).unwrap();
+            let manifest = serde_json::json!({
+                "schemaVersion": 2,
+                "config": {"mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": format!("sha256:{config_hex}"), "size": 2},
+                "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": format!("sha256:{layer_hex}"), "size": layer.len()}],
+            });
+            store.put_blob(manifest.to_string().as_bytes()).unwrap()
+        };
+        let index = || {
+            let text = std::fs::read_to_string(store.root().join(INDEX_FILE)).unwrap();
+            let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(index["mediaType"], OCI_INDEX_MEDIA_TYPE);
+            let mut entries: Vec<(String, String)> = (index["manifests"].as_array().unwrap())
+                .iter()
+                .map(|entry| {
+                    let digest = entry["digest"].as_str().unwrap();
+                    let name = ref_name(entry).unwrap_or("-");
+                    (digest.strip_prefix("sha256:").unwrap().into(), name.into())
+                })
+                .collect();
+            entries.sort();
+            entries
+        };
+        // A home from before the layout: bare blobs, no index.
+        let old = artifact(b"old");
+        assert!(!store.root().join(INDEX_FILE).exists());
+        let new = artifact(b"new");
+        let (pin, tag) = (
+            format!("r.example/a@sha256:{new}"),
+            "r.example/a:v1".to_string(),
+        );
+        store.record(&new, &[pin.clone(), tag.clone()]).unwrap();
+        let layout = std::fs::read_to_string(store.root().join(LAYOUT_FILE)).unwrap();
+        assert_eq!(layout, r#"{"imageLayoutVersion":"1.0.0"}"#);
+        let mut expected = vec![
+            (old.clone(), "-".to_string()),
+            (new.clone(), pin.clone()),
+            (new.clone(), tag.clone()),
+        ];
+        expected.sort();
+        assert_eq!(index(), expected, "the old artifact is listed, unnamed");
+
+        // The tag moves to a newer artifact.
+        let newer = artifact(b"newer");
+        store.record(&newer, std::slice::from_ref(&tag)).unwrap();
+        let mut expected = vec![
+            (old.clone(), "-".to_string()),
+            (new.clone(), pin.clone()),
+            (newer.clone(), tag.clone()),
+        ];
+        expected.sort();
+        assert_eq!(index(), expected);
+
+        // gc keeps only what is pinned, and the index only what is kept.
+        let kept = OciReference::parse(&format!("oci://r.example/a@sha256:{newer}")).unwrap();
+        let sweep = store
+            .sweep(Keep::Pinned(std::slice::from_ref(&kept)))
+            .unwrap();
+        assert_eq!(sweep.kept, 3, "{sweep:?}");
+        assert_eq!(index(), vec![(newer.clone(), tag)]);
+        assert!(store.load(&kept).is_ok());
+
+        // An index that is not one is named, not overwritten.
+        std::fs::write(store.root().join(INDEX_FILE), "[").unwrap();
+        let error = store.record(&newer, &[]).unwrap_err().to_string();
+        assert!(
+            error.contains("index.json is not an OCI image index"),
+            "{error}"
         );
     }
 

@@ -4,9 +4,13 @@
 //! is accepted ([`pull`] does both).
 //!
 //! The artifact: an OCI image manifest with exactly one `application/wasm`
-//! layer (the component), an `application/vnd.wasm.config.v0+json` config,
-//! and the signature, if any, as the [`SIGNATURE_ANNOTATION`] on the
-//! manifest, so the manifest digest pins the signature with the code.
+//! layer (the component), an `application/vnd.wasm.config.v0+json` config
+//! (with the `component` object, [`ComponentWorld`], the CNCF layout asks
+//! for with `os: wasip2`), the `org.opencontainers.image.*` annotations
+//! ([`Description`]), and the signature, if any, as the
+//! [`SIGNATURE_ANNOTATION`] on the manifest, so the manifest digest pins the
+//! signature with the code. A commit lists the artifact in the store's OCI
+//! image layout ([`Store::record`]).
 //!
 //! The distribution protocol is spoken here, over one `reqwest` client, so
 //! that every byte a registry sends is read under a cap: the manifest under
@@ -32,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+pub mod artifact;
 pub mod auth;
 
 use std::net::{IpAddr, SocketAddr};
@@ -40,12 +45,13 @@ use std::time::Duration;
 use dsh_env::__internal::escape_controls;
 use dsh_env::__internal::{
     MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
-    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host,
+    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host, layout_name,
 };
 use dsh_env::__internal::{sha256_hex, verify_sha256};
 use dsh_env::{ManifestProblem, StoreProblem};
 use dsh_env::{OciReference, Store, StoredArtifact};
 
+pub use artifact::{ComponentWorld, DescribeError, Description};
 pub use auth::{AuthError, AuthFiles, Credential};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue, LOCATION, WWW_AUTHENTICATE};
@@ -225,35 +231,95 @@ pub enum OciProblem {
     Store(#[from] StoreProblem),
 }
 
+/// A component to push, with what its artifact says about it.
+#[derive(Debug, Clone)]
+pub struct Artifact<'a> {
+    /// The component.
+    pub wasm: &'a [u8],
+    /// The text of its `.minisig`, if it has one: the [`SIGNATURE_ANNOTATION`].
+    pub signature: Option<&'a str>,
+    /// The config's `component`; the spec asks for it for `os: wasip2`, so
+    /// only bytes that are not a component go without.
+    pub component: Option<ComponentWorld>,
+    /// The manifest's `org.opencontainers.image.*` annotations.
+    pub description: Description,
+}
+
+impl<'a> Artifact<'a> {
+    /// `wasm` described from itself alone: its world, if it decodes, and
+    /// its own metadata, if readable.
+    pub fn of(wasm: &'a [u8], signature: Option<&'a str>) -> Self {
+        Artifact {
+            wasm,
+            signature,
+            component: ComponentWorld::decode(wasm).ok(),
+            description: Description::from_component(wasm).unwrap_or_default(),
+        }
+    }
+}
+
 /// Pushes `wasm` (and `signature`, the text of its `.minisig`) to the tag
-/// `reference` names, as a Wasm OCI artifact; returns the reference pinned
-/// to the manifest's digest.
+/// `reference` names, as a Wasm OCI artifact described from the component
+/// alone ([`Artifact::of`]); returns the reference pinned to the manifest's
+/// digest.
 pub async fn push(
     wasm: &[u8],
     signature: Option<&str>,
     reference: &OciReference,
     options: &Options,
 ) -> Result<OciReference, OciError> {
-    let layer_digest = format!("sha256:{}", sha256_hex(wasm));
-    let config = serde_json::to_vec(&serde_json::json!({
-        "created": now_rfc3339(),
+    push_artifact(&Artifact::of(wasm, signature), reference, options).await
+}
+
+/// Pushes `artifact` to the tag `reference` names: its config (with the
+/// `component`), its layer, and its manifest (annotated, the signature
+/// too); returns the reference pinned to the manifest's digest. A manifest
+/// or config over the caps a pull reads under is refused before anything
+/// is sent.
+pub async fn push_artifact(
+    artifact: &Artifact<'_>,
+    reference: &OciReference,
+    options: &Options,
+) -> Result<OciReference, OciError> {
+    let fail = failing(reference);
+    let created = now_rfc3339();
+    let layer_digest = format!("sha256:{}", sha256_hex(artifact.wasm));
+    let mut config = serde_json::json!({
+        "created": created,
         "architecture": "wasm",
         "os": "wasip2",
         "layerDigests": [layer_digest],
-    }))
-    .expect("a JSON value serializes");
+    });
+    if let Some(component) = &artifact.component {
+        config["component"] = serde_json::to_value(component).expect("a world serializes");
+    }
+    let config = serde_json::to_vec(&config).expect("a JSON value serializes");
+    if config.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(OciProblem::TooLarge {
+            what: "config",
+            cap: MAX_CONFIG_BYTES,
+        }));
+    }
     let config_digest = format!("sha256:{}", sha256_hex(&config));
-    let mut manifest = serde_json::json!({
+    let mut annotations = artifact.description.annotations(&created);
+    if let Some(signature) = artifact.signature {
+        annotations.insert(SIGNATURE_ANNOTATION.to_string(), signature.to_string());
+    }
+    let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST_MEDIA_TYPE,
         "config": {"mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": config_digest, "size": config.len()},
-        "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": layer_digest, "size": wasm.len()}],
+        "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": layer_digest, "size": artifact.wasm.len()}],
+        "annotations": annotations,
     });
-    if let Some(signature) = signature {
-        manifest["annotations"] = serde_json::json!({ SIGNATURE_ANNOTATION: signature });
-    }
     let manifest = serde_json::to_vec(&manifest).expect("a JSON value serializes");
-    push_image(reference, &manifest, &[wasm, &config], options).await
+    if manifest.len() as u64 > MAX_OCI_MANIFEST_BYTES {
+        return Err(fail(OciProblem::TooLarge {
+            what: "manifest",
+            cap: MAX_OCI_MANIFEST_BYTES,
+        }));
+    }
+    push_image(reference, &manifest, &[artifact.wasm, &config], options).await
 }
 
 /// Pushes any OCI image: each of `blobs` (unless the registry has it
@@ -303,6 +369,8 @@ pub struct Pulled {
     artifact: StoredArtifact,
     manifest: Vec<u8>,
     config: Vec<u8>,
+    /// The tag it was fetched by, if any, as a reference.
+    tagged: Option<OciReference>,
 }
 
 impl Pulled {
@@ -312,14 +380,21 @@ impl Pulled {
     }
 
     /// Writes the artifact's blobs to `store` (the manifest last, so a
-    /// manifest in the store always finds its blobs), and returns it as the
-    /// store gives it back.
+    /// manifest in the store always finds its blobs), lists it in the
+    /// store's `index.json` under its pinned reference (and the tag it was
+    /// fetched by), and returns it as the store gives it back.
     pub fn commit(self, store: &Store) -> Result<StoredArtifact, OciError> {
         let reference = &self.artifact.reference;
         let fail = failing(reference);
+        let mut manifest_hex = String::new();
         for blob in [&self.artifact.wasm, &self.config, &self.manifest] {
-            store.put_blob(blob).map_err(|e| fail(e.into()))?;
+            manifest_hex = store.put_blob(blob).map_err(|e| fail(e.into()))?;
         }
+        let names: Vec<String> = std::iter::once(reference)
+            .chain(&self.tagged)
+            .map(layout_name)
+            .collect();
+        (store.record(&manifest_hex, &names)).map_err(|e| fail(e.into()))?;
         store.load(reference).map_err(|e| fail(e.problem.into()))
     }
 }
@@ -351,6 +426,7 @@ pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled
             },
             manifest: manifest_bytes,
             config,
+            tagged: reference.tag().map(|_| reference.clone()),
         })
     })
     .await

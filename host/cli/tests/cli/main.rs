@@ -265,6 +265,7 @@ mod completions;
 mod demo;
 mod explain;
 mod interface;
+mod interop;
 mod list;
 mod login;
 mod manifests;
