@@ -28,9 +28,9 @@ mod run;
 mod serve;
 mod setup;
 mod store;
+mod traces;
 
 use std::ffi::OsStr;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -204,7 +204,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Run(_) | Command::Serve { .. }) {
         default_sigpipe();
     }
-    init_logging(cli.verbose);
+    let traces = traces::init(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -221,6 +221,7 @@ fn main() -> ExitCode {
     // nothing can cancel (an `open` of a FIFO, say); dropping the runtime
     // would wait for it forever. The answer is known: do not wait.
     runtime.shutdown_background();
+    traces.finish();
     match outcome {
         Ok(code) => code,
         Err(failure) => {
@@ -259,27 +260,6 @@ fn invoked_as_run() -> bool {
         .skip(1)
         .find(|arg| !arg.to_string_lossy().starts_with('-'))
         .is_some_and(|arg| arg == "run")
-}
-
-/// Logs on stderr at the level `-v` asks for (`$DSH_ENV_LOG` overrides), in
-/// colour only on a terminal and without `$NO_COLOR`.
-fn init_logging(verbose: u8) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
-        // wasmtime's and cranelift's debug lines (one per pool slot, per
-        // function) would bury dsh-env's own; -vvv shows them too.
-        2 => "debug,wasmtime=info,cranelift=info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DSH_ENV_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal() && !no_color)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 async fn dispatch(command: Command) -> CliResult<ExitCode> {

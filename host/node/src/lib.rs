@@ -34,9 +34,28 @@ use serde_json::{Value, json};
 fn runtime() -> Result<&'static Runtime> {
     static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
     RUNTIME
-        .get_or_init(|| Runtime::new().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            log_to_stderr();
+            Runtime::new().map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))
+}
+
+/// Under `$DSH_ENV_LOG` (an `EnvFilter`, e.g. `dsh_env=info`), the
+/// library's log lines and spans (each as it closes, with its fields and
+/// time) on stderr; without it, or when the process has a `tracing`
+/// subscriber already, nothing.
+fn log_to_stderr() {
+    let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("DSH_ENV_LOG") else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .try_init();
 }
 
 /// An `Error` carrying `message`, a stable `code` and what `culprit` names,

@@ -21,4 +21,5 @@ mod prepared;
 mod recorder;
 mod registry;
 mod tiering;
+mod traces;
 mod trust;

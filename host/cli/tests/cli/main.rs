@@ -276,4 +276,5 @@ mod resolve;
 mod run;
 mod serve;
 mod store;
+mod traces;
 mod trust;

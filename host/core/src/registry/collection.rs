@@ -10,8 +10,10 @@ use crate::execution::ToolExecution;
 use crate::keys::{BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::overlay::Overlay;
-use crate::sandbox::{Call, CallTrace, GuestFailure, Preparation};
+use crate::sandbox::{Call, CallTrace, CodeTier, GuestFailure, Preparation, Prepared};
 use crate::spec::OnError;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::error::{ContributorError, FailureCause, KeysNote};
 use super::state::{Entry, Registry, Resolver};
@@ -109,14 +111,48 @@ impl Registry {
         self.collect_with(execution, true).await
     }
 
+    /// A collect in its `collect` span, `traced` as [`Registry::collect_traced`] says.
     async fn collect_with(
         &self,
         execution: &ToolExecution,
         traced: bool,
     ) -> Result<Collection, ContributorError> {
+        let snapshot = self.inner.snapshot();
+        // Values, not formatted text: without a subscriber that listens,
+        // the span is a no-op and nothing is formatted or allocated.
+        let span = tracing::info_span!(
+            "collect",
+            call_id = execution.call_id.as_str(),
+            contributors = snapshot.len(),
+            outcome = Empty,
+            omitted = Empty,
+            failed = Empty,
+        );
+        let result = (self.collect_snapshot(&snapshot, execution, traced))
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(collection) => {
+                span.record("outcome", "ok");
+                span.record("omitted", collection.omitted.len());
+            }
+            Err(err) => {
+                span.record("outcome", "failed");
+                span.record("failed", err.contributor.as_str());
+            }
+        }
+        result
+    }
+
+    /// The work of [`Registry::collect_report`], over one snapshot.
+    async fn collect_snapshot(
+        &self,
+        snapshot: &BTreeMap<String, Arc<Entry>>,
+        execution: &ToolExecution,
+        traced: bool,
+    ) -> Result<Collection, ContributorError> {
         let mut omitted = Vec::new();
         let mut traces = BTreeMap::new();
-        let snapshot = self.inner.snapshot();
         let mut overlay = BTreeMap::new();
         let builtin = |key: &str| DshKey::new(key).expect("built-in keys are valid");
         // `DshHome` refuses control characters when it is made, and `1` is
@@ -193,7 +229,8 @@ impl Registry {
     }
 
     /// One contributor's checked pairs for `execution`, in a fresh instance
-    /// (or the one made ahead); `call` is the execution in the guests' form,
+    /// (or the one made ahead), in a `contributor` span that names its call,
+    /// code tier and outcome; `call` is the execution in the guests' form,
     /// made by the first guest that needs it; `trace` keeps what the call
     /// showed, if given.
     async fn resolve_entry<'a>(
@@ -203,6 +240,15 @@ impl Registry {
         call: &mut Option<Call<'a>>,
         trace: Option<&mut CallTrace>,
     ) -> Result<Vec<(DshKey, String)>, ContributorError> {
+        let span = tracing::info_span!(
+            "contributor",
+            call_id = execution.call_id.as_str(),
+            contributor = entry.declaration.name(),
+            phase = %Phase::Resolve,
+            tier = Empty,
+            outcome = Empty,
+            failure = Empty,
+        );
         let fail = |cause: FailureCause| ContributorError {
             contributor: entry.declaration.name().to_string(),
             phase: Phase::Resolve,
@@ -212,21 +258,44 @@ impl Registry {
         let pairs = match &entry.resolver {
             Resolver::Wasm(wasm) => {
                 let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                if !span.is_disabled() {
+                    // The code the instance was made from; opening the
+                    // component's artifact is what the call does first.
+                    let tier =
+                        (prepared.as_ref().map(Prepared::tier)).or_else(|| wasm.component.tier());
+                    span.record("tier", tier.map(CodeTier::as_str));
+                }
                 let call = call.get_or_insert_with(|| Call::new(execution));
                 let sandbox = &self.inner.runtime.sandbox;
-                sandbox
-                    .resolve(&wasm.component, name, call, prepared, trace)
+                (sandbox.resolve(&wasm.component, name, call, prepared, trace))
+                    .instrument(span.clone())
                     .await
             }
-            Resolver::Native(native) => native.resolve(execution).map_err(GuestFailure::GuestError),
+            Resolver::Native(native) => {
+                span.record("tier", "native");
+                let _entered = span.enter();
+                native.resolve(execution).map_err(GuestFailure::GuestError)
+            }
         };
-        pairs
+        let result = pairs
             .map_err(FailureCause::from)
             .and_then(|pairs| {
                 (entry.declaration)
                     .check_output(pairs, &entry.limits)
                     .map_err(FailureCause::from)
             })
-            .map_err(fail)
+            .map_err(fail);
+        match &result {
+            Ok(_) => span.record("outcome", "ok"),
+            Err(err) => {
+                let kind = err.cause.rule();
+                span.record("failure", kind);
+                match entry.on_error {
+                    OnError::Omit => span.record("outcome", "omitted"),
+                    OnError::Fail => span.record("outcome", kind),
+                }
+            }
+        };
+        result
     }
 }

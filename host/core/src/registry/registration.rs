@@ -10,9 +10,11 @@ use crate::input::escape_controls;
 use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::manifest::Manifest;
-use crate::sandbox::{ContributorComponent, Opening};
+use crate::sandbox::{CodeTier, ContributorComponent, Opening};
 use crate::signature::{Signer, Trust};
 use crate::spec::{ContributorSpec, HostEnv, OnError};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::error::{ContributorError, KeysNote, RegistryError};
 use super::state::{Entry, NativeContributor, Registration, Registry, Resolver, WasmResolver};
@@ -180,21 +182,36 @@ impl Registry {
         Ok(raw)
     }
 
+    /// Runs `declare` in a sandbox, in a `contributor` span (named by the
+    /// component's origin: it has not declared its name yet).
     pub(super) async fn declare(
         &self,
         component: &ContributorComponent,
     ) -> Result<RawDeclaration, ContributorError> {
-        self.inner
-            .runtime
-            .sandbox
-            .declare(component)
+        let span = tracing::info_span!(
+            "contributor",
+            contributor = component.origin(),
+            phase = %Phase::Declare,
+            tier = Empty,
+            outcome = Empty,
+        );
+        if !span.is_disabled() {
+            span.record("tier", component.tier().map(CodeTier::as_str));
+        }
+        let result = (self.inner.runtime.sandbox.declare(component))
+            .instrument(span.clone())
             .await
             .map_err(|failure| ContributorError {
                 contributor: component.origin().to_string(),
                 phase: Phase::Declare,
                 cause: failure.into(),
                 keys: KeysNote::default(),
-            })
+            });
+        match &result {
+            Ok(_) => span.record("outcome", "ok"),
+            Err(err) => span.record("outcome", err.cause.rule()),
+        };
+        result
     }
 
     /// Registers a trusted in-process contributor under the same rules.

@@ -215,6 +215,16 @@ pub enum CodeTier {
     Optimized,
 }
 
+impl CodeTier {
+    /// Its name in traces: `baseline` or `optimized`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CodeTier::Baseline => "baseline",
+            CodeTier::Optimized => "optimized",
+        }
+    }
+}
+
 /// What a call needs from a compiled component.
 pub(crate) struct Linked {
     /// Instantiates it through the bindings of the contract version it targets.

@@ -73,6 +73,16 @@ pub(crate) struct Prepared {
     fresh: FreshStore,
     guest: Guest,
     slot: OwnedSemaphorePermit,
+    /// Which compiler made the code it was instantiated from.
+    tier: CodeTier,
+}
+
+impl Prepared {
+    /// Which compiler made the code it runs (a tier-up after it was made
+    /// does not change it).
+    pub(crate) fn tier(&self) -> CodeTier {
+        self.tier
+    }
 }
 
 /// What [`Sandbox::prepare`] made.
@@ -349,9 +359,10 @@ impl Sandbox {
             return Preparation::Busy;
         }
         // The call will name why it cannot be opened.
-        let Ok(pre) = pre(component) else {
+        let Ok(linked) = component.linked.get() else {
             return Preparation::Unsuitable;
         };
+        let (pre, tier) = (&linked.pre, linked.tier);
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;
         };
@@ -360,7 +371,12 @@ impl Sandbox {
         arm(&mut fresh.store, limits);
         let instantiate = pre.instantiate_async(&mut fresh.store);
         match within_host_deadline(limits, instantiate).await {
-            Ok(Ok(guest)) => Preparation::Ready(Prepared { fresh, guest, slot }),
+            Ok(Ok(guest)) => Preparation::Ready(Prepared {
+                fresh,
+                guest,
+                slot,
+                tier,
+            }),
             // The call will instantiate it again and name the failure.
             _ => {
                 self.retire(fresh.store, slot);
@@ -509,6 +525,7 @@ impl Sandbox {
             mut fresh,
             guest,
             slot,
+            tier: _,
         } = prepared;
         let limits = &component.limits;
         // Fuel carries over from instantiation, as in `call`; time starts now.
