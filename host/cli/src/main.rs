@@ -17,6 +17,7 @@ mod failure;
 mod home;
 mod list;
 mod login;
+mod man;
 mod network;
 mod new;
 mod output;
@@ -154,6 +155,13 @@ enum Command {
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Write the man pages (`dsh-env.1` and one per command) into a
+    /// directory; for packagers (`scripts/release-archive`).
+    #[command(hide = true)]
+    Man {
+        /// The directory (created if absent).
+        dir: PathBuf,
     },
 }
 
@@ -294,6 +302,15 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Componentize(args) => authoring::componentize(args),
         Command::Completions { shell } => {
             completions::print(shell).map_err(Failure::runtime)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            man::write(&dir).map_err(|e| {
+                Failure::runtime(format!(
+                    "cannot write the man pages into {}: {e}",
+                    escape_controls(&dir.display().to_string())
+                ))
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup } => {
