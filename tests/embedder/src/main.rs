@@ -8,6 +8,7 @@
 //! same wasmtime.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,7 +18,7 @@ const CALLS: usize = 5;
 
 fn main() -> ExitCode {
     let arg0 = std::env::args_os().next().unwrap_or_default();
-    if Path::new(&arg0).file_name() == Some(dsh_env::__internal::compile::HELPER.as_ref()) {
+    if Path::new(&arg0).file_name() == Some(OsStr::new(dsh_env::__internal::compile::HELPER)) {
         return dsh_env::__internal::helper_main();
     }
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
