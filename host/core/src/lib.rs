@@ -55,7 +55,9 @@ pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
-pub use engine::{Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place};
+pub use engine::{
+    Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place,
+};
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
     ScrubPolicy, ScrubReason, child_environment, scrub_reason,

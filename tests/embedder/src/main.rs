@@ -42,7 +42,11 @@ fn main() -> ExitCode {
 async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "page-map reset: {}",
-        if dsh_env::PAGEMAP_RESET { "fixed" } else { "off (the safe reset)" }
+        if dsh_env::PAGEMAP_RESET {
+            "fixed"
+        } else {
+            "off (the safe reset)"
+        }
     );
     println!("resets in place: {}", dsh_env::resets_in_place());
     let runtime = Runtime::new()?;
@@ -52,7 +56,10 @@ async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error
         .build()?;
     let config = BTreeMap::from([
         ("name".to_string(), "counter".to_string()),
-        ("keys".to_string(), "DSH_COUNT=calls this instance served".to_string()),
+        (
+            "keys".to_string(),
+            "DSH_COUNT=calls this instance served".to_string(),
+        ),
         ("pairs".to_string(), "DSH_COUNT={count}".to_string()),
     ]);
     let component = registry.load_file(puppet)?.with_config(config);

@@ -42,7 +42,10 @@ fn an_embedder_outside_the_workspace_gets_the_safe_reset_and_fresh_instances() {
         String::from_utf8_lossy(&output.stderr),
     );
     assert!(output.status.success(), "{out}{err}");
-    assert!(out.contains("page-map reset: off (the safe reset)"), "{out}");
+    assert!(
+        out.contains("page-map reset: off (the safe reset)"),
+        "{out}"
+    );
     assert!(out.contains("resets in place: false"), "{out}");
     assert!(out.contains("fresh instances: 5 of 5"), "{out}");
 }

@@ -47,7 +47,10 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
         ("README.md", "dsh-env"),
         ("share/bash-completion/completions/dsh-env", "_dsh__env()"),
         ("share/zsh/site-functions/_dsh-env", "#compdef dsh-env"),
-        ("share/fish/vendor_completions.d/dsh-env.fish", "complete -c dsh-env"),
+        (
+            "share/fish/vendor_completions.d/dsh-env.fish",
+            "complete -c dsh-env",
+        ),
         ("share/man/man1/dsh-env.1", ".TH dsh-env"),
         ("share/man/man1/dsh-env-resolve.1", ".TH dsh-env-resolve"),
     ] {
@@ -76,7 +79,10 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
             "agent":{"session":{"header":{"version":1,"id":"child-1","createdAt":0,"cwd":"/tmp","parentSession":"parent-1","delegationDepth":1}}}}"#,
     )
     .unwrap();
-    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", prefix.join("bin").display());
+    let path = format!(
+        "{}:/usr/local/bin:/usr/bin:/bin",
+        prefix.join("bin").display()
+    );
     let user = |args: &[&str]| {
         let mut command = Command::new("dsh-env");
         command
@@ -98,7 +104,10 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
         "--execution",
         "call.json",
     ]);
-    assert!(resolved.contains("DSH_PARENT_SESSION_ID=parent-1"), "{resolved}");
+    assert!(
+        resolved.contains("DSH_PARENT_SESSION_ID=parent-1"),
+        "{resolved}"
+    );
     let dsh_home = home.join(".dsh");
     assert!(
         resolved.contains(&format!("DSH_HOME={}", dsh_home.display())),
