@@ -31,7 +31,7 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
     std::fs::create_dir(&prefix).unwrap();
     let unpacked = Command::new("tar")
         .arg("-xzf")
-        .arg(&archive)
+        .arg(archive)
         .args(["--strip-components=1", "-C"])
         .arg(&prefix)
         .output()
