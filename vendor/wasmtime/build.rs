@@ -3,6 +3,11 @@ use std::str;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
 
+    // dsh-env patch (see vendor/README.md): tells the crates that depend on
+    // this one (as `DEP_WASMTIME_DSH_ENV_PATCH_PAGEMAP_RESET`) that the
+    // pool's in-place reset is the fixed one; upstream wasmtime says nothing.
+    println!("cargo:pagemap_reset=fixed");
+
     // NB: duplicating a workaround in the wasmtime-fiber build script.
     custom_cfg("asan", cfg_is("sanitize", "address"));
 

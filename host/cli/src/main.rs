@@ -17,6 +17,7 @@ mod failure;
 mod home;
 mod list;
 mod login;
+mod man;
 mod manifests;
 mod network;
 mod new;
@@ -165,6 +166,13 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Write the man pages (`dsh-env.1` and one per command) into a
+    /// directory; for packagers (`scripts/release-archive`).
+    #[command(hide = true)]
+    Man {
+        /// The directory (created if absent).
+        dir: PathBuf,
+    },
 }
 
 /// `--version`'s text: this version, the contract versions it loads and
@@ -285,6 +293,15 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Componentize(args) => authoring::componentize(args),
         Command::Completions { shell } => {
             completions::print(shell).map_err(Failure::runtime)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            man::write(&dir).map_err(|e| {
+                Failure::runtime(format!(
+                    "cannot write the man pages into {}: {e}",
+                    escape_controls(&dir.display().to_string())
+                ))
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { setup, hooks } => {

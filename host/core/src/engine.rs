@@ -156,11 +156,20 @@ pub(crate) fn build_baseline_engine() -> Result<Engine, wasmtime::Error> {
     Ok(engine)
 }
 
+/// Whether the linked wasmtime carries the fixed page-map reset
+/// (`vendor/wasmtime`, which this workspace builds through
+/// `[patch.crates-io]`), decided at build time; `false` under wasmtime as
+/// released, whose reset can leave a swapped-out written page to the slot's
+/// next instance, so that a crate built outside this workspace never uses it.
+pub const PAGEMAP_RESET: bool = cfg!(dsh_env_fixed_pagemap);
+
 /// Whether a freed instance's memories and tables are reset in place, by
 /// finding the pages it wrote (the `PAGEMAP_SCAN` ioctl, Linux 6.7+): the
-/// next instance in its pool slot then takes no page faults for them.
+/// next instance in its pool slot then takes no page faults for them. Only
+/// with the fixed reset ([`PAGEMAP_RESET`]); otherwise a freed slot is
+/// unmapped (`madvise(DONTNEED)`), which is safe under any wasmtime.
 pub fn resets_in_place() -> bool {
-    PoolingAllocationConfig::is_pagemap_scan_available()
+    PAGEMAP_RESET && PoolingAllocationConfig::is_pagemap_scan_available()
 }
 
 /// The layout of the artifact cache's entries; part of the engine tag, so

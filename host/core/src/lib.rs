@@ -55,7 +55,9 @@ pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
-pub use engine::{Allocator, RuntimeError, Tiering, WASMTIME_VERSION};
+pub use engine::{
+    Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place,
+};
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
     ScrubPolicy, ScrubReason, child_environment, scrub_reason,
@@ -102,7 +104,6 @@ pub mod __internal {
         pub use crate::compile::{HELPER, HELPER_ENV};
     }
     pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};
-    pub use crate::engine::resets_in_place;
     pub use crate::epoch::EPOCH_TICK;
     pub use crate::execution::KNOWN_FIELDS;
     pub use crate::input::{

@@ -10,6 +10,7 @@
 mod bash_tool;
 mod cache;
 mod contract;
+mod embedder;
 mod executions;
 mod executor;
 mod fuzz;

@@ -304,7 +304,7 @@ async fn every_language_together_in_one_overlay() {
 /// or 38 (JavaScript) page faults (see vendor/README.md).
 #[tokio::test]
 async fn an_interpreter_guests_pages_stay_resident_from_call_to_call() {
-    if !dsh_env::__internal::resets_in_place() {
+    if !dsh_env::resets_in_place() {
         eprintln!("skipped: this kernel has no PAGEMAP_SCAN, so freed memory is unmapped");
         return;
     }

@@ -259,6 +259,7 @@ fn succeeded(what: &str, output: &Output) {
 }
 
 mod add;
+mod archive;
 mod cache;
 mod check;
 mod completions;
