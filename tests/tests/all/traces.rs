@@ -104,7 +104,7 @@ async fn traced(
 async fn a_collect_has_a_span_and_each_contributor_one_with_its_outcome_and_tier() {
     let registry = registry();
     let fine = echo(&registry, "traced-fine", "DSH_TRACED_FINE");
-    registry.register(fine).await.unwrap();
+    let _fine = registry.register(fine).await.unwrap();
     let failing = puppet(
         &registry,
         &[
@@ -114,7 +114,7 @@ async fn a_collect_has_a_span_and_each_contributor_one_with_its_outcome_and_tier
         ],
     );
     let failing = failing.with_on_error(OnError::Omit);
-    registry.register(failing).await.unwrap();
+    let _failing = registry.register(failing).await.unwrap();
 
     let (recorder, result) = traced(&registry, "call-traced").await;
     assert_eq!(result.unwrap().omitted.len(), 1);
@@ -156,7 +156,7 @@ async fn a_failed_collect_names_the_failure_in_its_spans() {
             ("resolve", "err:no repository here"),
         ],
     );
-    registry.register(failing).await.unwrap();
+    let _failing = registry.register(failing).await.unwrap();
 
     let (recorder, result) = traced(&registry, "call-failing").await;
     assert!(result.is_err());

@@ -42,7 +42,7 @@ fn verbose_prints_the_collect_and_each_contributor_span_as_it_closes() {
             assert!(closed.contains(field), "{field} missing in {closed}");
         }
     }
-    let collect = line(&["collect{", "close"]);
+    let collect = line(&["collect{", "omitted=", "close"]);
     for field in [
         "call_id=\"c1\"",
         "contributors=2",
@@ -56,7 +56,7 @@ fn verbose_prints_the_collect_and_each_contributor_span_as_it_closes() {
 #[cfg(feature = "otlp")]
 mod otlp {
     use std::collections::BTreeMap;
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
     use std::sync::mpsc;
 
