@@ -12,7 +12,7 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::files::{FileHost, OpenFiles};
-use super::trace::Sought;
+use super::trace::{Sought, SoughtHost};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
@@ -41,6 +41,12 @@ impl FileHost for GuestState {
 
     fn files(&mut self) -> Option<&mut OpenFiles> {
         self.files.as_mut()
+    }
+}
+
+impl SoughtHost for GuestState {
+    fn sought(&mut self) -> &mut Sought {
+        &mut self.sought
     }
 }
 

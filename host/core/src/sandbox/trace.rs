@@ -14,7 +14,13 @@ use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::cli::environment;
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
 
-use super::GuestState;
+/// A store's state as this module sees it: WASI's filesystem and cli views
+/// and a place to note what was sought. (The guest's state implements it, so
+/// this module needs nothing from the one that builds that state.)
+pub(super) trait SoughtHost: WasiFilesystemView + WasiCliView + Send + 'static {
+    /// Where the call's findings are noted.
+    fn sought(&mut self) -> &mut Sought;
+}
 
 /// The interfaces whose getters are noted; guests importing any 0.2.x
 /// version link to them.
@@ -43,30 +49,30 @@ pub(crate) struct Sought {
 
 /// Replaces wasmtime-wasi's `get-directories` and `get-environment` in
 /// `linker` with the same getters that also note an empty answer.
-pub(super) fn add_to_linker(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+pub(super) fn add_to_linker<T: SoughtHost>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let defined = define(linker);
     linker.allow_shadowing(false);
     defined
 }
 
-fn define(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+fn define<T: SoughtHost>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.instance(PREOPENS)?.func_wrap(
         "get-directories",
-        |mut store: StoreContextMut<'_, GuestState>, (): ()| {
+        |mut store: StoreContextMut<'_, T>, (): ()| {
             let state = store.data_mut();
             let directories: Vec<(Resource<Descriptor>, String)> =
                 preopens::Host::get_directories(&mut state.filesystem())?;
-            state.sought.directories |= directories.is_empty();
+            state.sought().directories |= directories.is_empty();
             Ok((directories,))
         },
     )?;
     linker.instance(ENVIRONMENT)?.func_wrap(
         "get-environment",
-        |mut store: StoreContextMut<'_, GuestState>, (): ()| {
+        |mut store: StoreContextMut<'_, T>, (): ()| {
             let state = store.data_mut();
             let variables = environment::Host::get_environment(&mut state.cli())?;
-            state.sought.environment |= variables.is_empty();
+            state.sought().environment |= variables.is_empty();
             Ok((variables,))
         },
     )?;
