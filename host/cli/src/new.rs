@@ -81,6 +81,7 @@ const RUST_SDK: &[TemplateFile] = template![
 
 const PYTHON: &[TemplateFile] = template![
     "app.py" => "python/app.py",
+    "dsh_env.py" => "python/dsh_env.py",
     "requirements.txt" => "python/requirements.txt",
     "Makefile" => "python/Makefile",
     "README.md" => "python/README.md",

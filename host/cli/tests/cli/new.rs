@@ -164,6 +164,24 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
             let project = new_and_make(&f, "python", &vars);
             assert!(project.join("wit/contributor.wit").exists());
             assert_checks_and_resolves(&f, "python", &project);
+            // The same for Python: the key of a value that is not a
+            // string, and an exception's message.
+            let failures = [
+                (
+                    "[(KEY, len(execution.tool))]",
+                    "resolve's value for DSH_MY_PYTHON_TOOL is an int, not a string",
+                ),
+                ("[(KEY, {}[\"team\"])]", "KeyError: 'team'"),
+            ];
+            for (result, message) in failures {
+                assert_resolve_fails_after_edit(
+                    &f,
+                    (&project, "app.py", &vars),
+                    "[(KEY, execution.tool)]",
+                    result,
+                    message,
+                );
+            }
         });
         let vars = [format!("NODE_MODULES={}", modules.display())];
         let project = new_and_make(&f, "js", &vars);
@@ -187,7 +205,7 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
         for (result, message) in failures {
             assert_resolve_fails_after_edit(
                 &f,
-                &project,
+                (&project, "contributor.js", &[]),
                 "[[KEY, execution.tool]]",
                 result,
                 message,
@@ -213,22 +231,23 @@ fn resolve_project(f: &Fixture, project: &Path) -> Output {
     f.command(&resolve, &[]).output().unwrap()
 }
 
-/// Replaces `from` with `to` in the project's `contributor.js`, remakes it,
-/// and checks `resolve` then fails with `message`.
+/// Replaces `from` with `to` in the project's `file`, remakes it (with
+/// `vars`), and checks `resolve` then fails with `message`.
 fn assert_resolve_fails_after_edit(
     f: &Fixture,
-    project: &Path,
+    (project, file, vars): (&Path, &str, &[String]),
     from: &str,
     to: &str,
     message: &str,
 ) {
-    let source = project.join("contributor.js");
+    let source = project.join(file);
     let text = std::fs::read_to_string(&source).unwrap();
     assert!(text.contains(from), "{from} is not in {text}");
     std::fs::write(&source, text.replacen(from, to, 1)).unwrap();
     let made = Command::new("make")
         .arg("-C")
         .arg(project)
+        .args(vars)
         .output()
         .unwrap();
     succeeded(&format!("make after `{to}`"), &made);
