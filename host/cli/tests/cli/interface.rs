@@ -25,6 +25,7 @@ fn every_json_output_carries_its_format_version() {
                 "manifests",
                 "keys",
                 "absent",
+                "why_absent",
                 "contributors",
                 "scrubbed",
                 "set",
