@@ -3,11 +3,9 @@
 
 use std::io::Write;
 
-use clap::CommandFactory;
-
-/// The script for `shell`, as clap_complete writes it for `dsh-env`.
-pub(crate) fn script(shell: clap_complete::Shell) -> Vec<u8> {
-    let mut command = crate::Cli::command();
+/// The script for `shell`, as clap_complete writes it for `dsh-env`'s
+/// `command` (main hands it in: this module stays below the CLI's root).
+fn script(shell: clap_complete::Shell, mut command: clap::Command) -> Vec<u8> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "dsh-env", &mut script);
     if shell != clap_complete::Shell::Bash {
@@ -22,7 +20,7 @@ pub(crate) fn script(shell: clap_complete::Shell) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Prints the script for `shell`.
-pub(crate) fn print(shell: clap_complete::Shell) -> std::io::Result<()> {
-    std::io::stdout().write_all(&script(shell))
+/// Prints the script for `shell` and `command`.
+pub(crate) fn print(shell: clap_complete::Shell, command: clap::Command) -> std::io::Result<()> {
+    std::io::stdout().write_all(&script(shell, command))
 }

@@ -292,11 +292,11 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         Command::Bindgen(args) => authoring::bindgen(args),
         Command::Componentize(args) => authoring::componentize(args),
         Command::Completions { shell } => {
-            completions::print(shell).map_err(Failure::runtime)?;
+            completions::print(shell, Cli::command()).map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir } => {
-            man::write(&dir).map_err(|e| {
+            man::write(&dir, Cli::command()).map_err(|e| {
                 Failure::runtime(format!(
                     "cannot write the man pages into {}: {e}",
                     escape_controls(&dir.display().to_string())

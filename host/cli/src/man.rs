@@ -4,11 +4,9 @@
 
 use std::path::Path;
 
-use clap::CommandFactory;
-
-/// Writes `dsh-env.1` and a `dsh-env-<command>.1` per subcommand into `dir`,
-/// creating it if absent.
-pub(crate) fn write(dir: &Path) -> std::io::Result<()> {
+/// Writes `dsh-env.1` and a `dsh-env-<command>.1` per subcommand of
+/// `command` (main hands it in) into `dir`, creating it if absent.
+pub(crate) fn write(dir: &Path, command: clap::Command) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(crate::Cli::command(), dir)
+    clap_mangen::generate_to(command, dir)
 }
