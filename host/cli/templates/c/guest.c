@@ -7,6 +7,8 @@
 // - everything it returns must be heap memory (the generated post-return
 //   functions free it), hence `contributor_string_dup`, `copy` and `malloc`.
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,60 @@ static void copy(contributor_string_t *to, const contributor_string_t *from) {
     }
     memcpy(to->ptr, from->ptr, from->len);
     to->len = from->len;
+}
+
+// Whether the `len` bytes at `s` are UTF-8 (no overlong forms, surrogates or
+// code points past U+10FFFF). Every string returned must be: the host lifts
+// the whole list at once, and could not say which value was not.
+static bool is_utf8(const uint8_t *s, size_t len) {
+    static const uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t more;
+        uint32_t point;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            more = 1, point = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            more = 2, point = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            more = 3, point = c & 0x07;
+        } else {
+            return false;
+        }
+        if (len - i <= more) {
+            return false;
+        }
+        for (size_t k = 1; k <= more; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) {
+                return false;
+            }
+            point = (point << 6) | (s[i + k] & 0x3F);
+        }
+        if (point < least[more] || point > 0x10FFFF || (point >= 0xD800 && point <= 0xDFFF)) {
+            return false;
+        }
+        i += more + 1;
+    }
+    return true;
+}
+
+// Sets `pair` to `key` and a copy of `value`. A value that is not UTF-8 is
+// not set: `err` names its key, and it returns false (fail the call).
+static bool set_pair(contributor_tuple2_string_string_t *pair, const char *key,
+                     const contributor_string_t *value, contributor_string_t *err) {
+    if (!is_utf8(value->ptr, value->len)) {
+        char message[128];
+        snprintf(message, sizeof message, "the value for %s is not UTF-8", key);
+        contributor_string_dup(err, message);
+        return false;
+    }
+    contributor_string_dup(&pair->f0, key);
+    copy(&pair->f1, value);
+    return true;
 }
 
 void exports_contributor_declare(contributor_declaration_t *ret) {
@@ -43,9 +99,15 @@ bool exports_contributor_resolve(contributor_execution_t *execution, contributor
     if (ret->ptr == NULL) {
         abort();
     }
-    ret->len = 1;
-    contributor_string_dup(&ret->ptr[0].f0, KEY);
-    copy(&ret->ptr[0].f1, &execution->tool);
+    // `set_pair` checks what the host would refuse without naming the key.
+    bool ok = set_pair(&ret->ptr[0], KEY, &execution->tool, err);
+    if (ok) {
+        ret->len = 1;
+    } else {
+        free(ret->ptr);
+        ret->ptr = NULL;
+        ret->len = 0;
+    }
     contributor_execution_free(execution);
-    return true;
+    return ok;
 }

@@ -118,6 +118,14 @@ fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
     let c = new_and_make(&f, "c", &[]);
     assert!(c.join("gen/contributor_component_type.o").exists());
     assert_checks_and_resolves(&f, "c", &c);
+    // A value that is not UTF-8 is named by its key, not refused whole.
+    assert_resolve_fails_after_edit(
+        &f,
+        (&c, "guest.c", &[format!("DSH_ENV={BINARY}")]),
+        "&execution->tool, err",
+        "&(contributor_string_t){(uint8_t *)\"\\xff\", 1}, err",
+        "the value for DSH_MY_C_TOOL is not UTF-8",
+    );
 }
 
 /// The C template and the `workspace-id` example are one recipe: the
