@@ -147,7 +147,7 @@ pub(crate) fn find(
         first = Some(source);
     }
     if let Some(path) = project {
-        let walked = format!("found by walking up from {}", cwd.display());
+        let walked = format!("found by walking up from {}", shown_path(&cwd));
         match first {
             Some(first) => found.skip(
                 path,
@@ -228,10 +228,10 @@ fn load_project(
         .map_err(|e| Failure::config(format!("cannot read manifest {e}")))?;
     let canonical = path
         .canonicalize()
-        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", path.display())))?;
+        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", shown_path(path))))?;
     let recorded = home.and_then(|home| approved_digest(home, &canonical));
     let command = trust_command(&canonical, home_flag);
-    let shown = canonical.display();
+    let shown = shown_path(&canonical);
     match recorded {
         Some(digest) if digest == sha256_hex(text.as_bytes()) => {}
         Some(_) => {
@@ -273,7 +273,13 @@ fn trust_command(path: &Path, home_flag: Option<&str>) -> String {
     }
     command.push(' ');
     command.push_str(&shell_quoted(&path.display().to_string()));
-    command
+    // Shown on a terminal: a name that could move or hide text is escaped.
+    escape_controls(&command).into_owned()
+}
+
+/// `path` as a line shows it: escaped, since a directory's name is anyone's.
+fn shown_path(path: &Path) -> String {
+    escape_controls(&path.display().to_string()).into_owned()
 }
 
 /// `text` as one shell word: as it is when that is safe, else single-quoted.
@@ -311,14 +317,14 @@ pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
         None => walk_up(&cwd, None).ok_or_else(|| {
             Failure::config(format!(
                 "no {PROJECT_MANIFEST} in {} or above: name the manifest to approve",
-                cwd.display()
+                shown_path(&cwd)
             ))
         })?,
     };
     let canonical = path
         .canonicalize()
-        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", path.display())))?;
-    let shown = canonical.display().to_string();
+        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", shown_path(&path))))?;
+    let shown = shown_path(&canonical);
     let home = resolve_home(args.home.as_deref(), None)?;
     let record = record_path(&home, &canonical);
     if args.revoke {
@@ -330,7 +336,7 @@ pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
             Err(e) => {
                 return Err(Failure::runtime(format!(
                     "cannot remove {}: {e}",
-                    record.display()
+                    shown_path(&record)
                 )));
             }
         }
@@ -347,10 +353,8 @@ pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
     let digest = sha256_hex(text.as_bytes());
     let written = (record.parent())
         .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| {
-            atomic_file::write(&record, format!("{digest}  {}\n", escape_controls(&shown)))
-        });
-    written.map_err(|e| Failure::runtime(format!("cannot write {}: {e}", record.display())))?;
+        .and_then(|()| atomic_file::write(&record, format!("{digest}  {shown}\n")));
+    written.map_err(|e| Failure::runtime(format!("cannot write {}: {e}", shown_path(&record))))?;
     let count = manifest.contributors.len();
     println!(
         "approved {shown} (sha256 {digest}, {count} contributor{}); a change to it needs `dsh-env trust` again",

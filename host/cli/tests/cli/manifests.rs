@@ -180,3 +180,21 @@ fn the_users_and_the_variables_manifests_need_no_approval_and_explain_says_what_
         "{first}"
     );
 }
+
+/// A checkout's folder names are anyone's: what `trust` prints, and the
+/// refusal before it, show them escaped.
+#[test]
+fn a_manifests_path_is_shown_escaped() {
+    let f = Fixture::new();
+    let (_, nested) = project(&f, "a\u{1b}[2Jb\u{202e}c");
+    let escaped = "a\\u{1b}[2Jb\\u{202e}c";
+    let out = run_in(&f, &nested, &["list"], &[]);
+    assert_config_error(&out, &[escaped, "is not approved"]);
+    for args in [&["trust"][..], &["trust", "--revoke"]] {
+        let out = run_in(&f, &nested, args, &[]);
+        let said = stdout(&out);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(said.contains(escaped), "{args:?}: {said:?}");
+        assert!(!said.contains(['\u{1b}', '\u{202e}']), "{args:?}: {said:?}");
+    }
+}
