@@ -127,7 +127,7 @@ async fn run(budget: Duration, only: Option<String>) -> Value {
     if only.is_some() {
         for row in &rows {
             eprintln!(
-                "{}: median {:.1}µs, p99 {:.1}µs, {} samples",
+                "{}: median {:.2}µs, p99 {:.1}µs, {} samples",
                 row.name,
                 us(row.median()),
                 us(row.p99()),

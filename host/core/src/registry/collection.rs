@@ -12,8 +12,9 @@ use crate::limits::{Limits, Phase};
 use crate::overlay::Overlay;
 use crate::sandbox::{Call, CallTrace, CodeTier, GuestFailure, Preparation, Prepared};
 use crate::spec::OnError;
-use tracing::Instrument;
+use futures_util::future::Either;
 use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::error::{ContributorError, FailureCause, KeysNote};
 use super::state::{Entry, Registry, Resolver};
@@ -128,10 +129,8 @@ impl Registry {
             omitted = Empty,
             failed = Empty,
         );
-        let result = (self.collect_snapshot(&snapshot, execution, traced))
-            .instrument(span.clone())
-            .await;
-        match &result {
+        let collect = self.collect_snapshot(&snapshot, execution, traced);
+        (in_span(span, collect, |span, result| match result {
             Ok(collection) => {
                 span.record("outcome", "ok");
                 span.record("omitted", collection.omitted.len());
@@ -140,8 +139,8 @@ impl Registry {
                 span.record("outcome", "failed");
                 span.record("failed", err.contributor.as_str());
             }
-        }
-        result
+        }))
+        .await
     }
 
     /// The work of [`Registry::collect_report`], over one snapshot.
@@ -233,13 +232,13 @@ impl Registry {
     /// code tier and outcome; `call` is the execution in the guests' form,
     /// made by the first guest that needs it; `trace` keeps what the call
     /// showed, if given.
-    async fn resolve_entry<'a>(
-        &self,
-        entry: &Entry,
+    fn resolve_entry<'s, 'a: 's>(
+        &'s self,
+        entry: &'s Entry,
         execution: &'a ToolExecution,
-        call: &mut Option<Call<'a>>,
-        trace: Option<&mut CallTrace>,
-    ) -> Result<Vec<(DshKey, String)>, ContributorError> {
+        call: &'s mut Option<Call<'a>>,
+        trace: Option<&'s mut CallTrace>,
+    ) -> impl Future<Output = Result<Vec<(DshKey, String)>, ContributorError>> + 's {
         let span = tracing::info_span!(
             "contributor",
             call_id = execution.call_id.as_str(),
@@ -249,12 +248,38 @@ impl Registry {
             outcome = Empty,
             failure = Empty,
         );
+        let on_error = entry.on_error;
+        let resolve = self.resolve_checked(entry, execution, call, trace);
+        in_span(span, resolve, move |span, result| {
+            let Err(err) = result else {
+                span.record("outcome", "ok");
+                return;
+            };
+            let kind = err.cause.rule();
+            span.record("failure", kind);
+            match on_error {
+                OnError::Omit => span.record("outcome", "omitted"),
+                OnError::Fail => span.record("outcome", kind),
+            };
+        })
+    }
+
+    /// The work of [`Registry::resolve_entry`], inside its span.
+    async fn resolve_checked<'a>(
+        &self,
+        entry: &Entry,
+        execution: &'a ToolExecution,
+        call: &mut Option<Call<'a>>,
+        trace: Option<&mut CallTrace>,
+    ) -> Result<Vec<(DshKey, String)>, ContributorError> {
         let fail = |cause: FailureCause| ContributorError {
             contributor: entry.declaration.name().to_string(),
             phase: Phase::Resolve,
             cause,
             keys: KeysNote(entry.declaration.key_list()),
         };
+        // The contributor's span when a subscriber listens to it, else none.
+        let span = Span::current();
         let pairs = match &entry.resolver {
             Resolver::Wasm(wasm) => {
                 let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
@@ -267,35 +292,39 @@ impl Registry {
                 }
                 let call = call.get_or_insert_with(|| Call::new(execution));
                 let sandbox = &self.inner.runtime.sandbox;
-                (sandbox.resolve(&wasm.component, name, call, prepared, trace))
-                    .instrument(span.clone())
-                    .await
+                (sandbox.resolve(&wasm.component, name, call, prepared, trace)).await
             }
             Resolver::Native(native) => {
                 span.record("tier", "native");
-                let _entered = span.enter();
                 native.resolve(execution).map_err(GuestFailure::GuestError)
             }
         };
-        let result = pairs
+        pairs
             .map_err(FailureCause::from)
             .and_then(|pairs| {
                 (entry.declaration)
                     .check_output(pairs, &entry.limits)
                     .map_err(FailureCause::from)
             })
-            .map_err(fail);
-        match &result {
-            Ok(_) => span.record("outcome", "ok"),
-            Err(err) => {
-                let kind = err.cause.rule();
-                span.record("failure", kind);
-                match entry.on_error {
-                    OnError::Omit => span.record("outcome", "omitted"),
-                    OnError::Fail => span.record("outcome", kind),
-                }
-            }
-        };
-        result
+            .map_err(fail)
     }
+}
+
+/// `future` inside `span`, then `record` of its output on the span, when a
+/// subscriber listens to it; otherwise `future` as it is, since
+/// `instrument` would enter and leave even a disabled span at every poll
+/// (the bench's 1-contributor row, BENCHMARKS.md).
+fn in_span<F: Future>(
+    span: Span,
+    future: F,
+    record: impl FnOnce(&Span, &F::Output),
+) -> impl Future<Output = F::Output> {
+    if span.is_disabled() {
+        return Either::Left(future);
+    }
+    Either::Right(async move {
+        let output = future.instrument(span.clone()).await;
+        record(&span, &output);
+        output
+    })
 }
