@@ -20,9 +20,9 @@
 //! [`REF_NAME_ANNOTATION`] ([`layout_name`]: the reference without
 //! `oci://`). Loading needs only the blobs, so a home from before the layout
 //! (bare `blobs/sha256/`) reads as before, and gets the layout files on its
-//! next [`Store::record`]. `index.json` is rewritten whole; two `add`s
-//! recording at the same moment may leave one name out (the blobs, and so
-//! every load, are unaffected; the next record or gc lists what is there).
+//! next [`Store::record`]. `index.json` is rewritten whole, under a lock on
+//! the store's directory, so two processes recording at once both keep
+//! their names.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -619,6 +619,7 @@ impl Store {
     /// the layout) gets one listing every Wasm artifact it already holds.
     /// Call it once the manifest's blobs are all in.
     pub fn record(&self, hex: &str, names: &[String]) -> Result<(), StoreProblem> {
+        let _locked = self.lock_index()?;
         let layout = self.root.join(LAYOUT_FILE);
         if !layout.exists() {
             self.write_whole(&layout, LAYOUT_TEXT.as_bytes())?;
@@ -648,6 +649,21 @@ impl Store {
             entries.extend(names.iter().map(|name| index_entry(hex, size, Some(name))));
         }
         self.write_index(entries)
+    }
+
+    /// Holds the store's lock until the handle is dropped: an exclusive
+    /// `flock` on its directory, taken around each read and rewrite of
+    /// `index.json` (no lock file to leave behind, and a process that dies
+    /// releases it).
+    fn lock_index(&self) -> Result<std::fs::File, StoreProblem> {
+        let failed = |source| StoreProblem::Write {
+            path: escape_controls(&self.root.display().to_string()).into_owned(),
+            source,
+        };
+        std::fs::create_dir_all(&self.root).map_err(failed)?;
+        let directory = std::fs::File::open(&self.root).map_err(failed)?;
+        directory.lock().map_err(failed)?;
+        Ok(directory)
     }
 
     /// The manifests `index.json` lists, if there is one.
@@ -764,6 +780,9 @@ impl Store {
                 bytes,
             });
         }
+        let _locked = (!sweep.removed.is_empty())
+            .then(|| self.lock_index())
+            .transpose()?;
         if !sweep.removed.is_empty()
             && let Some(entries) = self.read_index()?
         {
@@ -1003,6 +1022,51 @@ mod tests {
             error.contains("index.json is not an OCI image index"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn records_made_at_once_by_many_writers_all_keep_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("store"));
+        let manifest = |n: usize| {
+            let layer_hex = store.put_blob(format!("layer {n}").as_bytes()).unwrap();
+            let config_hex = store.put_blob(b"{}").unwrap();
+            let manifest = serde_json::json!({
+                "schemaVersion": 2,
+                "config": {"mediaType": WASM_CONFIG_MEDIA_TYPE, "digest": format!("sha256:{config_hex}"), "size": 2},
+                "layers": [{"mediaType": WASM_LAYER_MEDIA_TYPE, "digest": format!("sha256:{layer_hex}"), "size": 7}],
+            });
+            store.put_blob(manifest.to_string().as_bytes()).unwrap()
+        };
+        const WRITERS: usize = 8;
+        let hexes: Vec<String> = (0..WRITERS).map(manifest).collect();
+        // Each writer opens the store as another process would; without
+        // the lock, a read-modify-write between another's read and write
+        // drops that one's name.
+        for round in 0..5 {
+            let barrier = std::sync::Barrier::new(WRITERS);
+            std::thread::scope(|scope| {
+                for (n, hex) in hexes.iter().enumerate() {
+                    let (barrier, root) = (&barrier, store.root());
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let name = format!("r.example/a{n}:round{round}");
+                        Store::new(root).record(hex, &[name]).unwrap();
+                    });
+                }
+            });
+            let text = std::fs::read_to_string(store.root().join(INDEX_FILE)).unwrap();
+            let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let names: std::collections::BTreeSet<&str> = (index["manifests"].as_array())
+                .unwrap()
+                .iter()
+                .filter_map(ref_name)
+                .collect();
+            for n in 0..WRITERS {
+                let name = format!("r.example/a{n}:round{round}");
+                assert!(names.contains(name.as_str()), "round {round}: {name} lost");
+            }
+        }
     }
 
     #[test]

@@ -143,6 +143,20 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
         stdout(&output)
     );
 
+    // A helper that floods its stdout is cut off at the cap and named;
+    // nothing it said is shown.
+    std::fs::write(&helper, "#!/bin/sh\nexec yes flood-text\n").unwrap();
+    let output = keep(pull("worker-4", &helped));
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "credential helper docker-credential-fleet-test: its output is over the 65536-byte limit"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("flood-text"), "{err}");
+
     for text in &outputs {
         assert!(!text.contains(PASSWORD), "the password shown: {text}");
         assert!(!text.contains(&encoded), "the credential shown: {text}");
