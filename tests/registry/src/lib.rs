@@ -1,8 +1,9 @@
 //! A real OCI registry for tests: Debian's `docker-registry` (distribution
 //! 2.8, installed by `scripts/setup-registry`), serving plain HTTP on
 //! 127.0.0.1 on a free port, with no auth (or htpasswd auth:
-//! [`TestRegistry::start_with_login`]) and its storage in a temporary
-//! directory. [`TestRegistry::start`] waits until `GET /v2/` answers; the
+//! [`TestRegistry::start_with_login`]; or bearer tokens from a token service
+//! beside it: [`TestRegistry::start_with_token_auth`]) and its storage in a
+//! temporary directory. [`TestRegistry::start`] waits until `GET /v2/` answers; the
 //! process is killed when the value drops.
 //!
 //! Note: distribution answers manifest requests only with an OCI `Accept`
@@ -12,8 +13,10 @@
 //! and floods, answering as the test says.
 
 mod hostile;
+mod token;
 
 pub use hostile::{Body, HostileServer, Reply, Request};
+use token::TokenService;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -31,7 +34,17 @@ const READY_WITHIN: Duration = Duration::from_secs(20);
 pub struct TestRegistry {
     child: Option<Child>,
     address: SocketAddr,
+    tokens: Option<TokenService>,
     dir: tempfile::TempDir,
+}
+
+/// How a registry asks clients to log in.
+enum Auth<'a> {
+    None,
+    /// HTTP Basic, checked against an htpasswd file.
+    Login(&'a str, &'a str),
+    /// Bearer tokens from a token service that checks the login.
+    Token(&'a str, &'a str),
 }
 
 impl TestRegistry {
@@ -39,7 +52,7 @@ impl TestRegistry {
     /// directory, and waits until it answers. Panics (this is a test
     /// fixture) naming what failed, e.g. that the binary is missing.
     pub fn start() -> Self {
-        Self::start_with_auth(None)
+        Self::start_with_auth(Auth::None)
     }
 
     /// [`TestRegistry::start`], with htpasswd (HTTP Basic) auth for one
@@ -47,10 +60,24 @@ impl TestRegistry {
     /// password file is written by apache2-utils' `htpasswd -B` (bcrypt, the
     /// only hash distribution reads), the password on its stdin.
     pub fn start_with_login(username: &str, password: &str) -> Self {
-        Self::start_with_auth(Some((username, password)))
+        Self::start_with_auth(Auth::Login(username, password))
     }
 
-    fn start_with_auth(login: Option<(&str, &str)>) -> Self {
+    /// [`TestRegistry::start`], with token auth as the big registries have
+    /// it: a request without a bearer token gets 401 with a `Bearer`
+    /// challenge, and the token service on another port of 127.0.0.1 gives
+    /// tokens only to this user, which the registry verifies by their
+    /// signature.
+    pub fn start_with_token_auth(username: &str, password: &str) -> Self {
+        Self::start_with_auth(Auth::Token(username, password))
+    }
+
+    /// Every request the token service was sent (none without token auth).
+    pub fn token_requests(&self) -> Vec<Request> {
+        (self.tokens.as_ref()).map_or_else(Vec::new, TokenService::requests)
+    }
+
+    fn start_with_auth(auth: Auth<'_>) -> Self {
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
             "{REGISTRY_BINARY} is missing: run scripts/setup-registry"
@@ -63,8 +90,9 @@ impl TestRegistry {
             .expect("a free port on 127.0.0.1");
         let storage = dir.path().join("storage");
         let config = dir.path().join("config.yml");
-        let auth = match login {
-            Some((username, password)) => {
+        let mut tokens = None;
+        let auth = match auth {
+            Auth::Login(username, password) => {
                 let file = dir.path().join("htpasswd");
                 write_htpasswd(&file, username, password);
                 format!(
@@ -72,7 +100,19 @@ impl TestRegistry {
                     file.display()
                 )
             }
-            None => String::new(),
+            Auth::Token(username, password) => {
+                let service = TokenService::start(dir.path(), username, password);
+                let auth = format!(
+                    "auth:\n  token:\n    realm: {}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
+                    service.realm(),
+                    token::SERVICE,
+                    token::ISSUER,
+                    service.certificate().display()
+                );
+                tokens = Some(service);
+                auth
+            }
+            Auth::None => String::new(),
         };
         std::fs::write(
             &config,
@@ -94,6 +134,7 @@ impl TestRegistry {
         let registry = TestRegistry {
             child: Some(child),
             address,
+            tokens,
             dir,
         };
         registry.wait_until_ready();

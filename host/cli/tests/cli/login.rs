@@ -162,3 +162,72 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
         assert!(!text.contains(&encoded), "the credential shown: {text}");
     }
 }
+
+#[test]
+fn login_answers_a_token_registrys_bearer_challenge_as_ghcr_and_harbor_ask() {
+    const PASSWORD: &str = "t0ken-Pa55word";
+    let f = Fixture::new();
+    let registry = dsh_env_test_registry::TestRegistry::start_with_token_auth("fleet", PASSWORD);
+    let host = registry.host();
+    let docker = f.path("docker").display().to_string();
+    let env = [("DOCKER_CONFIG", docker.as_str())];
+    let mut outputs = Vec::new();
+    let mut keep = |output: Output| {
+        outputs.push(format!("{}{}", stdout(&output), stderr(&output)));
+        output
+    };
+    let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
+    let target = format!("{host}/dsh/bearer:v1");
+    let push = || f.run(&["push", lineage.to_str().unwrap(), &target], &env);
+    let login = [
+        "login",
+        host.as_str(),
+        "--username",
+        "fleet",
+        "--password-stdin",
+    ];
+
+    // No login: the token service refuses, and the message says what to run.
+    let output = keep(push());
+    assert_config_error(&output, &[&host, "asks for credentials"]);
+    // A wrong password: the token service's 401 is named as such.
+    let output = keep(run_with_stdin(&f, &login, &env, "not-it\n"));
+    assert_config_error(&output, &[&host, "refused the username `fleet`"]);
+
+    let output = keep(run_with_stdin(&f, &login, &env, &format!("{PASSWORD}\n")));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = keep(push());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let manifest = f.write("m.toml", "");
+    let m = manifest.to_str().unwrap();
+    let tagged = format!("oci://{target}");
+    let add = ["add", &tagged, "--manifest", m, "--home", "author", "--yes"];
+    let output = keep(f.run(&add, &env));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = keep(f.run(&["pull", "--manifest", m, "--home", "worker"], &env));
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("(1 pulled, 0 already there)"),
+        "{}",
+        stdout(&output)
+    );
+
+    // The token service was asked with the login, for the repository's
+    // scope: push for the push, pull for the add and the pull.
+    let scopes: Vec<String> = (registry.token_requests().iter())
+        .filter(|request| request.header("authorization").is_some())
+        .map(|request| request.target.clone())
+        .collect();
+    let scope = |actions: &str| format!("scope=repository%3Adsh%2Fbearer%3A{actions}");
+    assert!(
+        scopes.iter().any(|t| t.contains(&scope("pull%2Cpush"))),
+        "{scopes:?}"
+    );
+    assert!(
+        scopes.iter().any(|t| t.contains(&scope("pull&"))),
+        "{scopes:?}"
+    );
+    for text in &outputs {
+        assert!(!text.contains(PASSWORD), "the password shown: {text}");
+    }
+}
