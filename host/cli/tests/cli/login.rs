@@ -11,6 +11,31 @@ fn run_with_stdin(f: &Fixture, args: &[&str], env: &[(&str, &str)], input: &str)
     )
 }
 
+/// Every output a test's commands gave, to check that a secret never shows.
+#[derive(Default)]
+struct Shown(Vec<String>);
+
+impl Shown {
+    /// `output`, kept.
+    fn keep(&mut self, output: Output) -> Output {
+        self.0
+            .push(format!("{}{}", stdout(&output), stderr(&output)));
+        output
+    }
+
+    /// Panics if any kept output holds `secret`.
+    fn assert_never(&self, secret: &str) {
+        for text in &self.0 {
+            assert!(!text.contains(secret), "a secret shown: {text}");
+        }
+    }
+}
+
+/// `dsh-env login HOST --username fleet --password-stdin`.
+fn login_as_fleet(host: &str) -> [&str; 5] {
+    ["login", host, "--username", "fleet", "--password-stdin"]
+}
+
 #[test]
 fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_shows_the_password()
 {
@@ -23,11 +48,8 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
     let env = [("DOCKER_CONFIG", docker.as_str())];
     let config = f.path("docker/config.json");
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("fleet:{PASSWORD}"));
-    let mut outputs = Vec::new();
-    let mut keep = |output: Output| {
-        outputs.push(format!("{}{}", stdout(&output), stderr(&output)));
-        output
-    };
+    let mut shown = Shown::default();
+    let mut keep = |output| shown.keep(output);
     let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
     let target = format!("{host}/dsh/private:v1");
     let push = |env: &[(&str, &str)]| f.run(&["push", lineage.to_str().unwrap(), &target], env);
@@ -43,13 +65,7 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
         ],
     );
     // A wrong password is named plainly, and nothing is stored.
-    let login = [
-        "login",
-        host.as_str(),
-        "--username",
-        "fleet",
-        "--password-stdin",
-    ];
+    let login = login_as_fleet(&host);
     let output = keep(run_with_stdin(&f, &login, &env, "not-it\n"));
     assert_config_error(
         &output,
@@ -157,10 +173,8 @@ fn login_lets_push_add_and_pull_through_a_registry_with_htpasswd_auth_and_never_
     );
     assert!(!err.contains("flood-text"), "{err}");
 
-    for text in &outputs {
-        assert!(!text.contains(PASSWORD), "the password shown: {text}");
-        assert!(!text.contains(&encoded), "the credential shown: {text}");
-    }
+    shown.assert_never(PASSWORD);
+    shown.assert_never(&encoded);
 }
 
 #[test]
@@ -171,21 +185,12 @@ fn login_answers_a_token_registrys_bearer_challenge_as_ghcr_and_harbor_ask() {
     let host = registry.host();
     let docker = f.path("docker").display().to_string();
     let env = [("DOCKER_CONFIG", docker.as_str())];
-    let mut outputs = Vec::new();
-    let mut keep = |output: Output| {
-        outputs.push(format!("{}{}", stdout(&output), stderr(&output)));
-        output
-    };
+    let mut shown = Shown::default();
+    let mut keep = |output| shown.keep(output);
     let lineage = component_copy(&f, AGENT_LINEAGE, "lineage.wasm");
     let target = format!("{host}/dsh/bearer:v1");
     let push = || f.run(&["push", lineage.to_str().unwrap(), &target], &env);
-    let login = [
-        "login",
-        host.as_str(),
-        "--username",
-        "fleet",
-        "--password-stdin",
-    ];
+    let login = login_as_fleet(&host);
 
     // No login: the token service refuses, and the message says what to run.
     let output = keep(push());
@@ -227,7 +232,5 @@ fn login_answers_a_token_registrys_bearer_challenge_as_ghcr_and_harbor_ask() {
         scopes.iter().any(|t| t.contains(&scope("pull&"))),
         "{scopes:?}"
     );
-    for text in &outputs {
-        assert!(!text.contains(PASSWORD), "the password shown: {text}");
-    }
+    shown.assert_never(PASSWORD);
 }
