@@ -3,7 +3,7 @@
 //! Prints RSS every 25,000 cycles and the time per cycle; a steady climb
 //! between readings is a leak. `tests/tests/leak.rs` asserts the same shorter.
 //!
-//! Run: `cargo bench -p dsh-env-tests --profile dev --bench leak`
+//! Run: `cargo bench --profile perf --bench leak`
 
 use std::time::Instant;
 

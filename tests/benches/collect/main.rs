@@ -20,7 +20,7 @@
 //! `throughput` and `startup` measure; `targets` holds the ratios and the
 //! targets checked; `report` prints the tables.
 //!
-//! Run: `cargo bench -p dsh-env-tests --profile dev --bench collect`
+//! Run: `cargo bench --profile perf --bench collect`
 //! (`-- --json` prints one JSON object instead of the tables; `-- --quick`
 //! samples for a tenth of the time, `-- --seconds <n>` for n seconds per row;
 //! `-- --only <row key>[,<row key>…]` samples those rows, interleaved, and
