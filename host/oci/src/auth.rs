@@ -313,6 +313,22 @@ struct HelperAnswer {
     secret: String,
 }
 
+/// Blocks SIGPIPE in the calling thread. The CLI gives SIGPIPE its default
+/// action (so that `… | head` ends it quietly), and then a write to a helper
+/// that exited without reading its stdin would kill the whole process. The
+/// signal is sent to the thread that writes; blocked there, the write fails
+/// with EPIPE instead, and the signal is dropped when the thread ends.
+fn block_sigpipe() {
+    // SAFETY: sigemptyset/sigaddset fill a zeroed set on this stack, and
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Asks `docker-credential-<helper> get` for `registry`; a helper that has
 /// none answers `None`.
 fn from_helper(helper: &str, registry: &str) -> Result<Option<Credential>, AuthError> {
@@ -389,6 +405,7 @@ fn run_helper(helper: &str, action: &str, input: &[u8]) -> Result<(bool, Vec<u8>
     let input = input.to_vec();
     // Written apart, so a helper that does not read cannot block this one.
     let writer = std::thread::spawn(move || {
+        block_sigpipe();
         let _ = stdin.write_all(&input);
     });
     let mut stdout = child.stdout.take().expect("piped");
