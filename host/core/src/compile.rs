@@ -360,7 +360,9 @@ impl Compiler {
         let timeout = Duration::from_millis(bounds.timeout_ms);
         let (ended, artifact, diagnostic) = std::thread::scope(|scope| {
             pipe_thread(scope, move || {
-                // A helper that died early closes the pipe: nothing to do.
+                // A helper that died early closes the pipe: nothing to do,
+                // and no SIGPIPE for the process (`block_sigpipe`).
+                crate::input::block_sigpipe();
                 if let Some(mut stdin) = stdin {
                     let _ = stdin.write_all(bytes);
                 }

@@ -109,6 +109,23 @@ fn open_regular(path: &Path) -> Result<File, ReadProblem> {
     Ok(file)
 }
 
+/// Blocks SIGPIPE in the calling thread, for a thread that writes to a
+/// child's stdin. The CLI gives SIGPIPE its default action (so that
+/// `… | head` ends it quietly), and then a write to a child that exited
+/// without reading would kill the whole process. The signal goes to the
+/// thread that writes; blocked there, the write fails with EPIPE instead,
+/// and the signal is dropped when the thread ends.
+pub fn block_sigpipe() {
+    // SAFETY: sigemptyset/sigaddset fill a zeroed set on this stack, and
+    // pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Reads `reader` to its end, refusing more than `max_bytes`. Reads one byte
 /// past the cap at most, so an endless source (`/dev/zero` on stdin) stops.
 pub fn read_capped(reader: impl Read, max_bytes: u64) -> Result<Vec<u8>, ReadProblem> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use dsh_env::__internal::{escape_controls, read_capped, read_regular_text};
+use dsh_env::__internal::{block_sigpipe, escape_controls, read_capped, read_regular_text};
 
 /// The largest auth file read: one holds a few entries.
 pub const MAX_AUTH_FILE_BYTES: u64 = 1 << 20;
@@ -311,22 +311,6 @@ fn read_config(path: &Path) -> Result<Option<DockerConfig>, AuthError> {
 struct HelperAnswer {
     username: String,
     secret: String,
-}
-
-/// Blocks SIGPIPE in the calling thread. The CLI gives SIGPIPE its default
-/// action (so that `… | head` ends it quietly), and then a write to a helper
-/// that exited without reading its stdin would kill the whole process. The
-/// signal is sent to the thread that writes; blocked there, the write fails
-/// with EPIPE instead, and the signal is dropped when the thread ends.
-fn block_sigpipe() {
-    // SAFETY: sigemptyset/sigaddset fill a zeroed set on this stack, and
-    // pthread_sigmask changes only this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
 }
 
 /// Asks `docker-credential-<helper> get` for `registry`; a helper that has
