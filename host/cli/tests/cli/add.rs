@@ -214,16 +214,8 @@ fn add_grants_what_grant_says_shows_it_in_the_review_and_refuses_a_bad_grant_nam
     );
 
     // Granted and pinned as reviewed: it loads, and reads the agent's cwd.
-    let repo = f.path("repo");
-    std::fs::create_dir_all(repo.join(".git")).unwrap();
-    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/granted\n").unwrap();
-    let execution = f.write(
-        "in-repo.json",
-        &serde_json::json!({"callId": "c1", "name": "bash", "arguments": {"command": "x"},
-            "agent": {"session": {"header": {"version": 1, "id": "s1", "createdAt": 0,
-                "cwd": repo}}}})
-        .to_string(),
-    );
+    let repo = f.git_repo("granted");
+    let execution = f.execution_in(&repo);
     let resolve = [
         "resolve",
         "--manifest",

@@ -145,17 +145,9 @@ fn reader_manifest(f: &Fixture, repo: &Path, grants: [&str; 3]) -> PathBuf {
 #[test]
 fn explain_shows_what_a_contributor_without_its_grant_looked_for_and_the_line_to_grant_it() {
     let f = Fixture::new();
-    let repo = f.path("repo");
-    std::fs::create_dir_all(repo.join(".git")).unwrap();
-    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/feature-x\n").unwrap();
+    let repo = f.git_repo("feature-x");
     std::fs::write(repo.join("team.txt"), "platform").unwrap();
-    let execution = f.write(
-        "in-repo.json",
-        &serde_json::json!({"callId": "c1", "name": "bash", "arguments": {"command": "x"},
-            "agent": {"session": {"header": {"version": 1, "id": "s1", "createdAt": 0,
-                "cwd": repo}}}})
-        .to_string(),
-    );
+    let execution = f.execution_in(&repo);
     let home = f.home();
     let manifest = reader_manifest(&f, &repo, ["", "", ""]);
     let shown = manifest.display().to_string();

@@ -49,6 +49,29 @@ impl Fixture {
         path
     }
 
+    /// A directory `repo` that looks like a git checkout on `branch`.
+    fn git_repo(&self, branch: &str) -> PathBuf {
+        let repo = self.path("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::write(
+            repo.join(".git/HEAD"),
+            format!("ref: refs/heads/{branch}\n"),
+        )
+        .unwrap();
+        repo
+    }
+
+    /// `in-repo.json`: a bash call whose agent's session works in `cwd`.
+    fn execution_in(&self, cwd: &Path) -> PathBuf {
+        self.write(
+            "in-repo.json",
+            &serde_json::json!({"callId": "c1", "name": "bash", "arguments": {"command": "x"},
+                "agent": {"session": {"header": {"version": 1, "id": "s1", "createdAt": 0,
+                    "cwd": cwd}}}})
+            .to_string(),
+        )
+    }
+
     fn home(&self) -> String {
         self.path("home").display().to_string()
     }

@@ -619,9 +619,7 @@ fn serve_tiers_up_in_a_low_priority_helper_that_dies_with_it() {
 #[test]
 fn serve_explain_says_what_a_contributor_without_its_grant_looked_for() {
     let f = Fixture::new();
-    let repo = f.path("repo");
-    std::fs::create_dir_all(repo.join(".git")).unwrap();
-    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/served\n").unwrap();
+    let repo = f.git_repo("served");
     let execution = serde_json::json!({"callId": "c1", "name": "bash",
         "agent": {"session": {"header": {"id": "s1", "cwd": repo}}}});
     let answers = serve_answers(
