@@ -13,7 +13,8 @@ use dsh_env_tests::artifacts;
 // workspace's, kept between runs but sharing no unit with it) and cargo's
 // default profile, so this is a cold build of upstream wasmtime and
 // cranelift once per clean checkout, unoptimised, which costs the fewest
-// CPU minutes.
+// CPU minutes. Offline: `scripts/test` fetched its crates, and a test
+// sends no traffic but to loopback.
 #[test]
 fn an_embedder_outside_the_workspace_gets_the_safe_reset_and_fresh_instances() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -22,7 +23,7 @@ fn an_embedder_outside_the_workspace_gets_the_safe_reset_and_fresh_instances() {
     let target = exe.ancestors().nth(3).unwrap().join("embedder");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let built = Command::new(cargo)
-        .args(["build", "--locked", "--target-dir"])
+        .args(["build", "--locked", "--offline", "--target-dir"])
         .arg(&target)
         .current_dir(root.join("tests/embedder"))
         .env_remove("CARGO_TARGET_DIR")
