@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use dsh_env::__internal::escape_controls;
-use dsh_env::{ArtifactCache, DshHome};
+use dsh_env::{ArtifactCache, CacheKey, DshHome};
 use dsh_env::{CacheError, CachedEntry, Eviction};
 
 use crate::failure::{CliResult, Failure};
@@ -43,7 +43,7 @@ enum Action {
 /// Runs `cache list|gc|clear`.
 pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
     let home: DshHome = resolve_home(home.as_deref(), None)?;
-    let cache = home_cache(home.path())?;
+    let cache = home_cache(home.path(), CacheKey::in_home(&home))?;
     let failed = |err: CacheError| Failure::runtime(err);
     match action {
         Action::List { json } => {

@@ -77,6 +77,7 @@ pub(crate) async fn run(
     let trust = manifest_trust(manifest.as_ref())?;
     let registry = open_home_registry(
         resolve_home(home.as_deref(), manifest.as_ref())?,
+        home.as_deref(),
         dsh_env::Tiering::Optimized,
         None,
     )?;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dsh_env::{DshHome, HomeContext, HostEnv, Manifest};
+use dsh_env::{CacheKey, DshHome, HomeContext, HostEnv, Manifest};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::agent::{AgentLoop, CallRecord, ScriptedModel};
 use dsh_env_harness::hooks::{HookDialect, Hooks};
@@ -34,8 +34,8 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
     // The home is new each run; the compiled components are kept in the
     // user's own cache ($DSH_HOME or ~/.dsh), so only the first run compiles.
     let cache = match DshHome::resolve(&[], &HomeContext::from_process()) {
-        Ok(user_home) => home_cache(user_home.path())?,
-        Err(_) => home_cache(&home_dir)?,
+        Ok(user_home) => home_cache(user_home.path(), CacheKey::in_home(&user_home))?,
+        Err(_) => home_cache(&home_dir, CacheKey::in_home(&home))?,
     };
     let default_manifest = PathBuf::from("contributors/examples.toml");
     let manifest = manifest.or_else(|| {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use dsh_env::__internal::DEFAULT_MAX_BYTES;
 use dsh_env::__internal::escape_controls;
-use dsh_env::{ArtifactCache, DshHome, HomeContext, HomeSetting, Manifest};
+use dsh_env::{ArtifactCache, CacheKey, DshHome, HomeContext, HomeSetting, Manifest};
 
 use crate::failure::{CliResult, Failure};
 
@@ -37,9 +37,17 @@ pub(crate) fn resolve_home_explained(
     DshHome::resolve_explained(&explicit, &HomeContext::from_process()).map_err(Failure::config)
 }
 
-/// The cache in `home`, capped by `$DSH_CACHE_MAX_MIB` (a usage error when
-/// it is not a number).
-pub(crate) fn home_cache(home: &Path) -> CliResult<ArtifactCache> {
+/// The key that authenticates the compile cache's entries: the one in the
+/// user's own home (`--home` as `flag`, `$DSH_HOME`, `~/.dsh`), never in a
+/// home a manifest names, which a checkout can fill with files of its own
+/// (docs/compiling.md). Without a user home, none: the cache is not used.
+pub(crate) fn user_cache_key(flag: Option<&str>) -> CacheKey {
+    resolve_home(flag, None).map_or(CacheKey::Absent, |home| CacheKey::in_home(&home))
+}
+
+/// The cache in `home`, authenticated with `key`, capped by
+/// `$DSH_CACHE_MAX_MIB` (a usage error when it is not a number).
+pub(crate) fn home_cache(home: &Path, key: CacheKey) -> CliResult<ArtifactCache> {
     let max_bytes = match std::env::var(MAX_MIB_VAR) {
         Err(std::env::VarError::NotPresent) => DEFAULT_MAX_BYTES,
         Ok(text) => mib(text
@@ -57,7 +65,9 @@ pub(crate) fn home_cache(home: &Path) -> CliResult<ArtifactCache> {
             return Err(Failure::config(format!("${MAX_MIB_VAR} is not UTF-8")));
         }
     };
-    Ok(ArtifactCache::new(home.join("cache")).with_max_bytes(max_bytes))
+    Ok((ArtifactCache::new(home.join("cache")))
+        .with_key(key)
+        .with_max_bytes(max_bytes))
 }
 
 /// `n` MiB in bytes, saturating.

@@ -74,7 +74,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     } else {
         Tiering::Baseline
     };
-    let registry = open_home_registry(home, tiering, Some(&manifest))?;
+    let registry = open_home_registry(home, args.home.as_deref(), tiering, Some(&manifest))?;
 
     // One pull per artifact, however many entries pin it.
     let mut seen = BTreeSet::new();

@@ -18,7 +18,7 @@ use dsh_env::{
 use dsh_env_harness::hooks::{HookDialect, Hooks};
 
 use crate::failure::{CliResult, Failure};
-use crate::home::{home_cache, resolve_home_explained};
+use crate::home::{home_cache, resolve_home_explained, user_cache_key};
 use crate::manifests::{self, Approval, Considered, Found};
 
 /// This process's own executable image (Linux), started as its compile helper.
@@ -208,14 +208,16 @@ pub(crate) fn open_registry(
 }
 
 /// A registry for `home`, keeping compiled components in its `cache`
-/// (capped as `dsh-env cache` says), compiling a cache miss as `tiering`
-/// says, under `manifest`'s `[trust]` (none without a manifest).
+/// (capped as `dsh-env cache` says, authenticated with the key of the
+/// user's own home, `--home` as `home_flag`), compiling a cache miss as
+/// `tiering` says, under `manifest`'s `[trust]` (none without a manifest).
 pub(crate) fn open_home_registry(
     home: DshHome,
+    home_flag: Option<&str>,
     tiering: Tiering,
     manifest: Option<&Manifest>,
 ) -> CliResult<Registry> {
-    let cache = home_cache(home.path())?;
+    let cache = home_cache(home.path(), user_cache_key(home_flag))?;
     open_registry(home, cache, tiering, manifest_trust(manifest)?)
 }
 
@@ -251,7 +253,7 @@ impl Setup {
             considered,
         } = manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
-        let registry = open_home_registry(home, tiering, manifest.as_ref())?;
+        let registry = open_home_registry(home, self.home.as_deref(), tiering, manifest.as_ref())?;
         let hooks = manifest.as_ref().and_then(Manifest::hooks_setting);
         let (registrations, environment) = match &manifest {
             Some(manifest) => (

@@ -10,7 +10,7 @@
 //!   (device, inode, size, mtime, ctime) it was verified at, and the entry
 //!   (`<content>-<engine>`) it was filed under, so an artifact copied over
 //!   another component's entry, seal and all, is recompiled, never run for it;
-//! - `<content>-<engine>.linked`: empty; this host has linked the artifact
+//! - `<content>-<engine>.linked`: this host has linked the artifact
 //!   against its WASI and contract bindings, so a later load may leave
 //!   deserializing it to the first use (see `Opening`);
 //! - `<content>-<engine>.failed`: why compiling those bytes ran out of the
@@ -23,6 +23,12 @@
 //!   grants, limits), so that registering from a warm cache need not
 //!   instantiate the guest. The host checks a remembered declaration by the
 //!   same rules as a fresh one.
+//!
+//! Every file but the artifact is a record that ends in an HMAC-SHA256 of
+//! its body and its own name, under a key kept in the user's home (see
+//! [`key`], [`CacheKey`]): a record without a valid one is treated as
+//! absent, so nothing written by anyone without the key (a checkout that
+//! ships a home's cache, say) is loaded as code or trusted as a declaration.
 //!
 //! A load whose alias and seal match the files' current identities reads
 //! neither the component nor the artifact. Any write to either file changes
@@ -38,9 +44,11 @@
 //! be writable by this user alone: it is created with mode 0700, and one (or
 //! a parent, the home) that is owned by another user or writable by its
 //! group or others is not used at all (with a warning): every load then
-//! compiles, maps from memory, and writes nothing there.
+//! compiles, maps from memory, and writes nothing there. So it is when its
+//! key cannot be read or made.
 
 mod evict;
+mod key;
 
 use std::collections::HashMap;
 use std::fs;
@@ -64,6 +72,8 @@ use crate::load_error::LoadErrorKind;
 
 use evict::is_digest;
 pub use evict::{CacheError, CachedEntry, Eviction};
+pub use key::CacheKey;
+use key::Secret;
 
 /// The default size cap of a cache directory: room for a dozen Python or
 /// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
@@ -75,6 +85,10 @@ pub struct ArtifactCache {
     dir: PathBuf,
     /// Whether `dir` is safe to use, or why not (decided once, on first use).
     usable: Arc<OnceLock<Result<(), String>>>,
+    /// Where the key that authenticates its records is.
+    key: CacheKey,
+    /// That key, or why it cannot be had (read once, on first use).
+    secret: Arc<OnceLock<Result<Secret, String>>>,
     /// The size the directory is cut back to after a write that exceeds it.
     max_bytes: u64,
     /// The entries of components this process holds, which its own
@@ -142,14 +156,36 @@ struct Failure {
 }
 
 impl ArtifactCache {
-    /// A cache kept in `dir` (created, mode 0700, on first use).
+    /// A cache kept in `dir` (created, mode 0700, on first use), its records
+    /// authenticated with the key of the home it is in, `dir`'s parent: a
+    /// home the embedder trusts (else see [`Self::with_key`]).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        let home = (dir.parent())
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         ArtifactCache {
-            dir: dir.into(),
+            key: CacheKey::InHome(home.to_path_buf()),
+            dir,
             usable: Arc::default(),
+            secret: Arc::default(),
             max_bytes: DEFAULT_MAX_BYTES,
             held: Arc::default(),
         }
+    }
+
+    /// The same cache, its records authenticated with `key` instead: the
+    /// user's own home's key when `dir` is in a home someone else may fill,
+    /// such as one a checkout's manifest names (docs/compiling.md).
+    pub fn with_key(mut self, key: CacheKey) -> Self {
+        self.key = key;
+        self.secret = Arc::default();
+        self
+    }
+
+    /// Where the key that authenticates its records is.
+    pub fn key(&self) -> &CacheKey {
+        &self.key
     }
 
     /// The same cache, cut back to `max_bytes` (least recently used entries
@@ -169,11 +205,23 @@ impl ArtifactCache {
         &self.dir
     }
 
-    /// Whether the directory may be used: it is (or is now) a directory
-    /// that only this user can write, in a parent others cannot change. Warns
-    /// once when it is not.
-    fn usable(&self) -> bool {
-        self.checked().is_ok()
+    /// The key, if the directory may be used: it is (or is now) a directory
+    /// that only this user can write, in a parent others cannot change, and
+    /// its key can be read or made. Warns once when not.
+    fn usable(&self) -> Option<&Secret> {
+        self.checked().as_ref().ok()?;
+        let secret = self.secret.get_or_init(|| {
+            let secret = self.key.load();
+            if let Err(why) = &secret {
+                tracing::warn!(
+                    "not using the compile cache {}: {why}; compiling every time and \
+                     writing nothing there",
+                    self.dir.display()
+                );
+            }
+            secret
+        });
+        secret.as_ref().ok()
     }
 
     /// [`Self::usable`], or why not.
@@ -217,7 +265,7 @@ impl ArtifactCache {
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
             && Identity::of(path) == before
-            && let Err(err) = self.write(&alias, loaded.content.as_bytes())
+            && let Err(err) = self.write_record(&alias, loaded.content.as_bytes())
         {
             tracing::warn!("cannot store cache alias {}: {err}", alias.display());
         }
@@ -235,16 +283,14 @@ impl ArtifactCache {
 
     /// The component for `bytes`, if a sound entry for `engine` holds it.
     pub(crate) fn lookup_bytes(&self, engine: &Engine, bytes: &[u8]) -> Option<Loaded> {
-        if !self.usable() {
-            return None;
-        }
+        self.usable()?;
         self.sound(engine, sha256_hex(bytes), &engine_tag(engine), false)
     }
 
     /// The file's identity now (when the cache is usable), and the alias
     /// that names the content of the file at `path` with that identity.
     fn alias(&self, path: &Path, tag: &str) -> (Option<Identity>, Option<PathBuf>) {
-        let before = Identity::of(path).filter(|_| self.usable());
+        let before = Identity::of(path).filter(|_| self.usable().is_some());
         let alias = before.as_ref().and_then(|identity| {
             let path = fs::canonicalize(path).ok()?;
             let key = Sha256::digest(format!("{}\n{}", path.display(), identity.0));
@@ -255,8 +301,8 @@ impl ArtifactCache {
 
     /// The component of the sound entry `alias` names, if any.
     fn aliased(&self, engine: &Engine, alias: &Path, tag: &str, defer: bool) -> Option<Loaded> {
-        let content = fs::read_to_string(alias).ok().filter(|c| is_digest(c))?;
-        self.sound(engine, content, tag, defer)
+        let content = String::from_utf8(self.read_record(alias)?).ok();
+        self.sound(engine, content.filter(|c| is_digest(c))?, tag, defer)
     }
 
     /// The component of the entry for `content` and `tag`, if it is sound
@@ -295,11 +341,8 @@ impl ArtifactCache {
         content: &str,
         key: &str,
     ) -> Option<RawDeclaration> {
-        if !self.usable() {
-            return None;
-        }
         let path = self.declaration_path(engine, content, key);
-        serde_json::from_slice(&fs::read(path).ok()?).ok()
+        serde_json::from_slice(&self.read_record(&path)?).ok()
     }
 
     /// Remembers what the component with digest `content` declared under
@@ -313,13 +356,13 @@ impl ArtifactCache {
         key: &str,
         raw: &RawDeclaration,
     ) {
-        if !self.usable() {
+        if self.usable().is_none() {
             return;
         }
         let path = self.declaration_path(engine, content, key);
         let written = serde_json::to_vec(raw)
             .map_err(std::io::Error::other)
-            .and_then(|json| self.write(&path, json));
+            .and_then(|json| self.write_record(&path, &json));
         if let Err(err) = written {
             tracing::warn!("cannot store declaration {}: {err}", path.display());
         }
@@ -342,7 +385,7 @@ impl ArtifactCache {
         let content = sha256_hex(bytes);
         let entry = self.entry(&content, tag);
         let held = self.hold(&entry);
-        let usable = self.usable();
+        let usable = self.usable().is_some();
         let loaded = |component| Loaded {
             component,
             content,
@@ -429,7 +472,7 @@ impl ArtifactCache {
     /// Why the entry's bytes failed to compile, if they ran out of limits
     /// no higher than `bounds`.
     fn failure(&self, entry: &Entry, bounds: &Bounds) -> Option<Failure> {
-        let failure: Failure = serde_json::from_slice(&fs::read(&entry.failed).ok()?).ok()?;
+        let failure: Failure = serde_json::from_slice(&self.read_record(&entry.failed)?).ok()?;
         (!bounds.exceeds(&failure.bounds)).then_some(failure)
     }
 
@@ -441,7 +484,7 @@ impl ArtifactCache {
         };
         let written = serde_json::to_vec(&failure)
             .map_err(std::io::Error::other)
-            .and_then(|json| self.write(&entry.failed, json));
+            .and_then(|json| self.write_record(&entry.failed, &json));
         if let Err(err) = written {
             tracing::warn!("cannot record {}: {err}", entry.failed.display());
         }
@@ -450,20 +493,37 @@ impl ArtifactCache {
     /// Records that the artifact of `loaded` links on this host (see
     /// [`Loaded::linked`]), unless that is recorded already.
     pub(crate) fn mark_linked(&self, loaded: Option<&Path>) {
-        let Some(mark) = loaded.filter(|mark| !mark.exists()) else {
+        let Some(mark) = loaded.filter(|mark| !self.is_marked(mark)) else {
             return;
         };
-        if let Err(err) = self.write(mark, "") {
+        if let Err(err) = self.write_record(mark, b"") {
             tracing::warn!("cannot store {}: {err}", mark.display());
         }
     }
 
-    /// The entry's component, if it is sealed as it is now (or its bytes
-    /// still match the seal's digest) and this engine accepts it (checked
-    /// by the caller later if `defer` and the entry is marked linked).
-    /// Records the use on the seal (see [`evict`]).
+    /// Whether the `.linked` mark at `mark` is one this home's key made.
+    fn is_marked(&self, mark: &Path) -> bool {
+        self.read_record(mark).is_some_and(|body| body.is_empty())
+    }
+
+    /// The entry's component, if its seal is one this home's key made, it
+    /// is sealed as it is now (or its bytes still match the seal's digest)
+    /// and this engine accepts it (checked by the caller later if `defer`
+    /// and the entry is marked linked). Records the use on the seal (see
+    /// [`evict`]).
     fn open(&self, engine: &Engine, entry: &Entry, defer: bool) -> Option<Opened> {
-        let seal = read_and_mark_used(&entry.seal)?;
+        let secret = self.usable()?;
+        let record = read_and_mark_used(&entry.seal)?;
+        let Some(seal) = (secret.open(file_name(&entry.seal), &record))
+            .and_then(|body| std::str::from_utf8(body).ok())
+        else {
+            tracing::warn!(
+                "precompiled artifact {} has a seal this home's key did not make (from an \
+                 older dsh-env, or not from this host); recompiling",
+                entry.artifact.display()
+            );
+            return None;
+        };
         let mut fields = seal.splitn(3, ' ');
         let (digest, sealed, filed) = (fields.next()?, fields.next()?, fields.next()?);
         if filed != entry.stem {
@@ -487,11 +547,11 @@ impl ArtifactCache {
             }
             let resealed = Identity::of(&entry.artifact)?;
             let seal = format!("{digest} {} {}", resealed.0, entry.stem);
-            if let Err(err) = self.write(&entry.seal, seal) {
+            if let Err(err) = self.write_record(&entry.seal, seal.as_bytes()) {
                 tracing::warn!("cannot reseal {}: {err}", entry.artifact.display());
             }
         }
-        if defer && entry.linked.exists() {
+        if defer && self.is_marked(&entry.linked) {
             return Some(Opened::Later(entry.artifact.clone()));
         }
         match deserialize(engine, &entry.artifact) {
@@ -507,23 +567,42 @@ impl ArtifactCache {
     }
 
     fn store(&self, entry: &Entry, artifact: &[u8]) -> std::io::Result<()> {
-        self.write(&entry.artifact, artifact)?;
+        atomic_file::write(&entry.artifact, artifact)?;
         evict_from_page_cache(&entry.artifact);
         let identity = Identity::of(&entry.artifact)
             .ok_or_else(|| std::io::Error::other("the artifact vanished after writing"))?;
         let digest = sha256_hex(artifact);
         let seal = format!("{digest} {} {}", identity.0, entry.stem);
-        self.write(&entry.seal, seal)?;
+        self.write_record(&entry.seal, seal.as_bytes())?;
         // Bounded work: one listing of the directory, and removals.
         self.evict_after_write();
         Ok(())
     }
 
-    /// Writes `path` then renames it into place, so a reader never sees a
-    /// partial file and a mapped file is never changed.
-    fn write(&self, path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
-        atomic_file::write(path, contents)
+    /// The body of the record at `path`, if this home's key made it for
+    /// that file name (see [`key`]).
+    fn read_record(&self, path: &Path) -> Option<Vec<u8>> {
+        let secret = self.usable()?;
+        let record = crate::input::read_regular_file(path, MAX_RECORD_BYTES).ok()?;
+        secret.open(file_name(path), &record).map(<[u8]>::to_vec)
     }
+
+    /// Writes `body` as the record at `path`, authenticated for that name
+    /// with this home's key: written, then renamed into place, so a reader
+    /// never sees a partial file.
+    fn write_record(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
+        let secret = (self.usable())
+            .ok_or_else(|| std::io::Error::other("the cache is not in use"))?;
+        atomic_file::write(path, secret.sign(file_name(path), body))
+    }
+}
+
+/// The largest record read back (a remembered declaration is the largest).
+const MAX_RECORD_BYTES: u64 = 4 << 20;
+
+/// The name of a file in the cache directory, which its record's MAC covers.
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|name| name.to_str()).unwrap_or("")
 }
 
 /// Drops a just-written artifact's pages from the page cache; the write
@@ -548,12 +627,17 @@ fn evict_from_page_cache(path: &Path) {
 /// [`evict::USE_RESOLUTION`], so a load costs no extra system call but once
 /// in that while. The seal's own times are in no identity, so this never
 /// invalidates it.
-fn read_and_mark_used(path: &Path) -> Option<String> {
-    let mut file = fs::File::open(path).ok()?;
-    let meta = file.metadata().ok()?;
-    let mut text = String::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    // A seal is one short line; anything longer is not one.
-    file.by_ref().take(1024).read_to_string(&mut text).ok()?;
+fn read_and_mark_used(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Neither a FIFO nor a terminal can hold the load.
+    let mut file = (fs::OpenOptions::new().read(true))
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok().filter(fs::Metadata::is_file)?;
+    let mut text = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1024));
+    // A seal is two short lines; anything longer is not one.
+    file.by_ref().take(1024).read_to_end(&mut text).ok()?;
     let now = SystemTime::now();
     let stale = meta
         .modified()
@@ -610,7 +694,7 @@ fn prepare(dir: &Path) -> Result<(), String> {
 }
 
 /// Whether `dir` is a directory that no other user can write.
-fn only_ours(dir: &Path, sticky_will_do: bool) -> Result<(), String> {
+pub(super) fn only_ours(dir: &Path, sticky_will_do: bool) -> Result<(), String> {
     let meta = fs::metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
     if !meta.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
@@ -660,7 +744,11 @@ impl ArtifactCache {
     /// Every entry of the directory, least recently used first.
     pub fn entries(&self) -> Result<Vec<CachedEntry>, CacheError> {
         self.check_for_maintenance()?;
-        evict::entries(&self.dir).map_err(|source| self.list_error(source))
+        // Names only from declarations this home's key vouches for.
+        let declared = |path: &Path| -> Option<RawDeclaration> {
+            serde_json::from_slice(&self.read_record(path)?).ok()
+        };
+        evict::entries(&self.dir, &declared).map_err(|source| self.list_error(source))
     }
 
     /// Removes the least recently used entries until the directory holds at

@@ -49,7 +49,7 @@ mod loader;
 mod culprit;
 mod registry;
 
-pub use cache::{ArtifactCache, CacheError, CachedEntry, Eviction};
+pub use cache::{ArtifactCache, CacheError, CacheKey, CachedEntry, Eviction};
 pub use compile::CompileProgress;
 pub use culprit::Culprit;
 pub use declaration::{

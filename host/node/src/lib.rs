@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use dsh_env::__internal::escape_controls;
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
+    ArtifactCache, CacheKey, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
     HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError, ToolExecution,
 };
 use dsh_env::{EnvironmentEntry, TrustEntry};
@@ -217,10 +217,16 @@ impl Registry {
                 path,
             })
             .collect();
+        // The cache's key lives in the embedder's own home (the option,
+        // $DSH_HOME, ~/.dsh), never in one the manifest names: the manifest
+        // may be a checkout's, and a checkout can fill a home it names.
+        let context = HomeContext::from_process();
+        let key = DshHome::resolve(&explicit, &context)
+            .map_or(CacheKey::Absent, |home| CacheKey::in_home(&home));
         explicit.extend(manifest.as_ref().and_then(Manifest::home_setting));
-        let home = DshHome::resolve(&explicit, &HomeContext::from_process())
+        let home = DshHome::resolve(&explicit, &context)
             .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
-        let cache = ArtifactCache::new(home.path().join("cache"));
+        let cache = ArtifactCache::new(home.path().join("cache")).with_key(key);
         // A harness lives for a session: Winch code at once, Cranelift's
         // when it is ready.
         let mut builder = dsh_env::Registry::builder(home)

@@ -86,3 +86,92 @@ fn cache_lists_trims_and_clears_the_homes_compile_cache() {
     );
     assert_config_error(&bad, &["$DSH_CACHE_MAX_MIB", "lots"]);
 }
+
+/// A checkout whose approved manifest puts the home (and so its compile
+/// cache) inside the checkout can fill that cache; what it writes there
+/// must never run as compiled code. Here it ships another component's
+/// (call-trace's) genuine artifact, `.linked` mark and remembered
+/// declaration under the pinned component's (agent-lineage's) names, with
+/// a seal: one written by hand as the cache once wrote them, and one copied
+/// from call-trace's own entry with the entry renamed. Each time the pinned
+/// component's own code runs, and its own keys come out.
+#[test]
+fn a_cache_a_checkout_fills_runs_only_what_this_host_compiled() {
+    let f = Fixture::new();
+    let checkout = f.path("checkout");
+    std::fs::create_dir_all(checkout.join(".dsh")).unwrap();
+    let pinned = checkout.join("lineage.wasm");
+    std::fs::copy(AGENT_LINEAGE, &pinned).unwrap();
+    let (a, b) = (sha256_of(AGENT_LINEAGE), sha256_of(CALL_TRACE));
+    std::fs::write(
+        checkout.join(".dsh/env.toml"),
+        format!("home = \"../dsh-home\"\n\n[[contributor]]\npath = \"../lineage.wasm\"\nsha256 = \"{a}\"\n"),
+    )
+    .unwrap();
+    succeeded("trust", &manifests::run_in(&f, &checkout, &["trust"], &[]));
+    let cache = checkout.join("dsh-home/cache");
+
+    // The home's cache holds call-trace, compiled by this host.
+    let warm = f.write(
+        "warm.toml",
+        &format!(
+            "home = {:?}\n\n[[contributor]]\npath = {CALL_TRACE:?}\n",
+            checkout.join("dsh-home")
+        ),
+    );
+    let out = f.run(&["resolve", "--manifest", warm.to_str().unwrap()], &[]);
+    succeeded("warming with call-trace", &out);
+    assert!(stdout(&out).contains("DSH_TRACEPARENT="), "{}", stdout(&out));
+
+    let files_of = |content: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.starts_with(&format!("{content}-")))
+            .collect();
+        names.sort();
+        names
+    };
+    let warmed = files_of(&b);
+    let b_artifact = warmed.iter().find(|n| n.ends_with(".cwasm")).unwrap();
+    let b_stem = b_artifact.trim_end_matches(".cwasm").to_string();
+    let a_stem = b_stem.replacen(&b, &a, 1);
+    let b_code = std::fs::read(cache.join(b_artifact)).unwrap();
+    let hand_written = format!(
+        "{} 0:0:0:0.0:0.0 {a_stem}",
+        dsh_env::__internal::sha256_hex(&b_code)
+    );
+    let copied = std::fs::read_to_string(cache.join(format!("{b_stem}.seal")))
+        .unwrap()
+        .replace(&b_stem, &a_stem);
+    let forge = |seal: &str| {
+        for name in &warmed {
+            std::fs::copy(cache.join(name), cache.join(name.replacen(&b, &a, 1))).unwrap();
+        }
+        std::fs::write(cache.join(format!("{a_stem}.seal")), seal).unwrap();
+    };
+    let execution = f.path("execution.json");
+    for seal in [hand_written, copied] {
+        forge(&seal);
+        let out = manifests::run_in(&f, &checkout, &["explain", "--json"], &[]);
+        succeeded("explain in the checkout", &out);
+        let report = json(&out);
+        assert_eq!(report["contributors"][0]["name"], "agent-lineage", "{report}");
+
+        forge(&seal);
+        let args = ["resolve", "--execution", execution.to_str().unwrap()];
+        let out = manifests::run_in(&f, &checkout, &args, &[]);
+        succeeded("resolve in the checkout", &out);
+        let overlay = stdout(&out);
+        assert!(
+            overlay.contains("DSH_AGENT_DEPTH=1\n") && !overlay.contains("DSH_TRACEPARENT"),
+            "the forged entry ran (seal {seal:?}):\n{overlay}{}",
+            stderr(&out)
+        );
+        assert_ne!(
+            std::fs::read(cache.join(format!("{a_stem}.cwasm"))).unwrap(),
+            b_code,
+            "the pinned component's entry holds its own code again"
+        );
+    }
+}

@@ -4,7 +4,7 @@
 use super::*;
 
 /// `dsh-env <args>` run in `dir`, with `f`'s clean environment plus `env`.
-fn run_in(f: &Fixture, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(super) fn run_in(f: &Fixture, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = f.command(args, env);
     command.current_dir(dir);
     output_within(command, Stdio::null(), None)

@@ -108,11 +108,14 @@ struct Listed {
 }
 
 /// Every entry of `dir`, least recently used first, with the names its
-/// remembered declarations give.
-pub(super) fn entries(dir: &Path) -> std::io::Result<Vec<CachedEntry>> {
+/// remembered declarations give, as `declared` reads them.
+pub(super) fn entries(
+    dir: &Path,
+    declared: &dyn Fn(&Path) -> Option<RawDeclaration>,
+) -> std::io::Result<Vec<CachedEntry>> {
     let mut listed = list(dir)?;
     for one in &mut listed {
-        one.entry.names = declared_names(&one.paths);
+        one.entry.names = declared_names(&one.paths, declared);
     }
     Ok(listed.into_iter().map(|one| one.entry).collect())
 }
@@ -289,11 +292,13 @@ fn owner(name: &str, path: &Path) -> (String, Option<String>, Option<String>) {
     }
 }
 
-/// The content digest an alias file names, if it names one.
+/// The content digest an alias file names, if it names one: its first 64
+/// bytes (the record's MAC follows; it is checked only where the alias is
+/// followed to load, not to group files for eviction).
 fn aliased(path: &Path) -> Option<String> {
     let mut text = String::new();
     let file = fs::File::open(path).ok()?;
-    file.take(65).read_to_string(&mut text).ok()?;
+    file.take(64).read_to_string(&mut text).ok()?;
     is_digest(&text).then_some(text)
 }
 
@@ -308,15 +313,14 @@ fn is_tag(text: &str) -> bool {
 }
 
 /// The names in the remembered declarations among `paths`, each once.
-fn declared_names(paths: &[PathBuf]) -> Vec<String> {
+fn declared_names(
+    paths: &[PathBuf],
+    declared: &dyn Fn(&Path) -> Option<RawDeclaration>,
+) -> Vec<String> {
     let mut names: Vec<String> = paths
         .iter()
         .filter(|path| path.extension().is_some_and(|e| e == "declaration"))
-        .filter_map(|path| {
-            let bytes = fs::read(path).ok()?;
-            let raw: RawDeclaration = serde_json::from_slice(&bytes).ok()?;
-            Some(raw.name)
-        })
+        .filter_map(|path| Some(declared(path)?.name))
         .collect();
     names.sort();
     names.dedup();

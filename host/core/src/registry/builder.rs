@@ -52,7 +52,10 @@ impl RegistryBuilder {
     }
 
     /// Keeps precompiled components in `cache` (e.g. one with a cap, or one
-    /// shared by short-lived homes) instead of an uncapped `home/cache`.
+    /// shared by short-lived homes) instead of an uncapped `home/cache`
+    /// authenticated with the home's own key. When `home` is not the user's
+    /// own (a project manifest named it), give a cache keyed by the user's
+    /// home ([`ArtifactCache::with_key`]): a checkout can fill a home it names.
     pub fn cache(mut self, cache: ArtifactCache) -> Self {
         self.cache = Some(cache);
         self
