@@ -136,16 +136,18 @@ async fn a_busy_guest_does_not_hold_the_thread() {
     assert!(ticks >= 5, "the other task ran {ticks} times");
 }
 
-/// A call shorter than two epoch ticks finishes in the poll that started
-/// it, whatever the ticks' phase: its first yield comes at its second tick
-/// (`engine::FIRST_YIELD_TICK`), and `within_host_deadline` resumes that
-/// one within the poll. A yield to the executor would put the call back in
-/// its queue and let another caller start another instance, in another
-/// pool slot. Of these 100 calls of 7 ms, 38 yielded with the first yield
-/// at the first tick; with the first yield handed to the executor, 21 of
-/// 100 calls of 1 ms did.
+/// A call whose guest meets two epoch ticks or fewer finishes in the poll
+/// that started it, whatever the ticks' phase: its first yield comes at its
+/// second tick (`epoch::FIRST_YIELD_TICK`), and `within_host_deadline`
+/// resumes that one within the poll. A yield to the executor would put the
+/// call back in its queue and let another caller start another instance,
+/// in another pool slot. The ticks are the ones the engine counted for the
+/// call (`CallTrace::epoch_ticks`), not the wall clock's, so a busy machine
+/// that stretches a call changes which calls are judged, never the verdict.
+/// Of 100 calls of 7 ms, 38 yielded with the first yield at the first tick;
+/// with the first yield handed to the executor, 21 of 100 calls of 1 ms did.
 #[tokio::test(flavor = "current_thread")]
-async fn a_call_shorter_than_two_ticks_never_yields() {
+async fn a_call_that_meets_two_ticks_or_fewer_never_yields() {
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     let registry = registry();
     let component = puppet(
@@ -153,7 +155,8 @@ async fn a_call_shorter_than_two_ticks_never_yields() {
         &[
             ("name", "busy"),
             ("keys", "DSH_OUT=o"),
-            ("resolve", "spin:7"),
+            // Most such calls meet exactly two ticks, the case the rule is about.
+            ("resolve", "spin:9"),
         ],
     );
     let _registration = registry.register(component).await.unwrap();
@@ -168,34 +171,34 @@ async fn a_call_shorter_than_two_ticks_never_yields() {
         }
     });
     tokio::task::yield_now().await;
-    // Ticks come at least 5 ms apart, so a call shorter than two of them
-    // meets at most two.
-    let two_ticks = dsh_env::__internal::EPOCH_TICK * 2;
-    let (mut short, mut yielded) = (0, Vec::new());
-    for call in 0..100 {
+    // Calls that met more ticks (a loaded machine's) are not judged: more
+    // calls are made until 100 are.
+    let (mut judged, mut at_two, mut yielded) = (0, 0, Vec::new());
+    for call in 0..1000 {
+        if judged == 100 {
+            break;
+        }
         let before = polls.load(Relaxed);
-        let started = Instant::now();
-        let overlay = registry
-            .collect(&agent_call(&format!("c{call}"), "s"))
+        let collection = registry
+            .collect_traced(&agent_call(&format!("c{call}"), "s"))
             .await;
-        let took = started.elapsed();
-        assert!(overlay.is_ok(), "{overlay:?}");
-        // A loaded machine may stretch a call past two ticks; it is not judged.
-        if took < two_ticks {
-            short += 1;
-            if polls.load(Relaxed) != before {
-                yielded.push(took);
+        let went_back = polls.load(Relaxed) != before;
+        let collection = collection.unwrap();
+        let ticks = collection.traces["busy"].epoch_ticks;
+        if ticks <= 2 {
+            judged += 1;
+            at_two += usize::from(ticks == 2);
+            if went_back {
+                yielded.push((call, ticks));
             }
         }
     }
     other.abort();
-    assert!(
-        short >= 50,
-        "only {short} of 100 calls of 7 ms took under {two_ticks:?}"
-    );
+    assert_eq!(judged, 100, "fewer than 100 of 1000 calls met two ticks or fewer");
+    assert!(at_two > 0, "no call met exactly two ticks");
     assert!(
         yielded.is_empty(),
-        "calls shorter than two ticks yielded: {yielded:?}"
+        "calls that met two ticks or fewer yielded (call, ticks): {yielded:?}"
     );
 }
 

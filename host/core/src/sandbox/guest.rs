@@ -28,8 +28,12 @@ pub(crate) struct GuestState {
     pub(super) files: Option<OpenFiles>,
     pub(super) limiter: GuestLimiter,
     pub(super) config: Arc<BTreeMap<String, String>>,
-    /// Epoch ticks the guest may still run for (see `arm`).
-    pub(super) ticks_left: u64,
+    /// Epoch ticks after which the call traps (see `arm`).
+    pub(super) deadline_ticks: u64,
+    /// Epoch ticks its code has met since the call's deadline was armed,
+    /// as the engine reports them to the deadline callback (ticks that pass
+    /// while it waits in one host call count as one).
+    pub(super) ticks_met: u64,
     /// What it asked for and found empty (see [`super::trace`]).
     pub(super) sought: Sought,
 }
@@ -220,19 +224,23 @@ impl ResourceLimiter for GuestLimiter {
 /// on and traps once its deadline's ticks are spent. [`within_host_deadline`]
 /// resumes the first yield within the same poll, so a busy guest holds its
 /// worker thread until its third tick (10-15 ms), then hands it back every
-/// tick, and a call shorter than two ticks never goes back to the
-/// executor's queue.
+/// tick, and a call that meets two ticks or fewer never goes back to the
+/// executor's queue. The callback runs at every tick the guest meets, so
+/// the call's trace can say how many it met (`CallTrace::epoch_ticks`).
 pub(super) fn arm(store: &mut Store<GuestState>, limits: &Limits) {
     // Fuel is enabled engine-wide, so setting it cannot fail.
     store.set_fuel(limits.fuel.unwrap_or(u64::MAX)).ok();
     arm_deadline(store, limits);
     store.epoch_deadline_callback(|mut store| {
-        let left = &mut store.data_mut().ticks_left;
-        if *left == 0 {
-            return Ok(UpdateDeadline::Interrupt);
-        }
-        *left -= 1;
-        Ok(UpdateDeadline::Yield(1))
+        let state = store.data_mut();
+        state.ticks_met += 1;
+        Ok(if state.ticks_met >= state.deadline_ticks {
+            UpdateDeadline::Interrupt
+        } else if state.ticks_met < epoch::FIRST_YIELD_TICK {
+            UpdateDeadline::Continue(1)
+        } else {
+            UpdateDeadline::Yield(1)
+        })
     });
 }
 
@@ -266,12 +274,13 @@ pub(super) async fn within_host_deadline<F: Future>(
     }
 }
 
-/// Starts the deadline's clock: it ends [`epoch::deadline_ticks`] ticks from now.
+/// Starts the deadline's clock: it ends [`epoch::deadline_ticks`] ticks from
+/// now, and the ticks met are counted from now.
 pub(super) fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
-    let ticks = epoch::deadline_ticks(limits.deadline);
-    let first = ticks.min(epoch::FIRST_YIELD_TICK);
-    store.data_mut().ticks_left = ticks - first;
-    store.set_epoch_deadline(first);
+    let state = store.data_mut();
+    state.deadline_ticks = epoch::deadline_ticks(limits.deadline);
+    state.ticks_met = 0;
+    store.set_epoch_deadline(1);
 }
 
 /// A WASI context with nothing in it but the grants: no preopens, env, args

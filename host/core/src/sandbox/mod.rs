@@ -599,7 +599,8 @@ impl Sandbox {
                     .then(|| OpenFiles::new(Arc::clone(&self.descriptors), name)),
                 limiter: GuestLimiter::new(limits, Arc::clone(&self.budget)),
                 config: component.config.clone(),
-                ticks_left: 0,
+                deadline_ticks: 0,
+                ticks_met: 0,
                 sought: Default::default(),
             },
         );
@@ -633,6 +634,7 @@ impl Sandbox {
                 stderr_tail: fresh.stderr.last_words(),
                 found_no_directories: sought.directories,
                 found_no_environment: sought.environment,
+                epoch_ticks: store.data().ticks_met,
             };
         }
         if component.grants.cwd_read {

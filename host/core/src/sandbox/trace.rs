@@ -1,6 +1,6 @@
 //! What one call showed of itself, for `explain`: the end of what the guest
-//! wrote to stderr, and whether it asked for the filesystem or its
-//! environment and found them empty.
+//! wrote to stderr, whether it asked for the filesystem or its environment
+//! and found them empty, and how many epoch ticks it met.
 //!
 //! Imports say nothing here (every Rust and Python guest imports
 //! `wasi:filesystem/preopens`), so the host notes the calls instead: it
@@ -38,6 +38,10 @@ pub struct CallTrace {
     pub found_no_directories: bool,
     /// It asked for its environment (to read a variable) and found it empty.
     pub found_no_environment: bool,
+    /// The epoch ticks (5 ms apart) its code met during the call, as the engine counted them (ticks that passed
+    /// while it waited in one host call count as one): the count that
+    /// decides when it yields and when it traps.
+    pub epoch_ticks: u64,
 }
 
 /// What a guest asked for and found empty, noted as it happens.
