@@ -7,6 +7,7 @@
 //! naming the file, contributor, key or limit at fault.
 
 mod add;
+mod approvals;
 mod authoring;
 mod cache;
 mod check;
@@ -132,8 +133,9 @@ enum Command {
         hooks: setup::HooksArg,
     },
     /// Approve a project manifest (`.dsh/env.toml`) for commands run
-    /// without `--manifest`: its exact content, by SHA-256; a changed file
-    /// needs approving again.
+    /// without `--manifest`, where it was found: its exact content and that
+    /// of the hooks file it names, by SHA-256; a changed file needs
+    /// approving again.
     #[command(
         after_help = "Examples:\n  dsh-env trust                        # the nearest .dsh/env.toml\n  dsh-env trust ~/src/app/.dsh/env.toml\n  dsh-env trust --revoke"
     )]

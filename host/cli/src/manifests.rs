@@ -5,18 +5,18 @@
 //! above, once approved with `dsh-env trust`; the user's, `env.toml` in the
 //! home. The rest are reported (by `explain`) as skipped. A project
 //! manifest comes with a checkout, so nobody vouched for it: as `direnv
-//! allow` and `mise trust` do, `trust` records the SHA-256 of its exact
-//! bytes under the home, and a changed file needs approving again.
+//! allow` and `mise trust` do, `trust` records under the home the SHA-256
+//! of its exact bytes and of the files it names that the host runs as they
+//! are (its hooks), for the path where it was found (`approvals.rs`), and
+//! a change to any of them needs approving again.
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::{
-    MAX_MANIFEST_BYTES, atomic_file, escape_controls, is_sha256_hex, read_regular_text, sha256_hex,
-};
-use dsh_env::{DshHome, Manifest};
+use dsh_env::__internal::escape_controls;
+use dsh_env::{DshHome, HooksSetting, Manifest};
 
+use crate::approvals::{self, shown as shown_path};
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
 
@@ -32,12 +32,6 @@ pub(crate) const MANIFEST_VAR: &str = "DSH_ENV_MANIFEST";
 /// Why a command that needs a manifest found none.
 pub(crate) const NO_MANIFEST: &str = "no manifest: pass --manifest, set $DSH_ENV_MANIFEST, \
      or create .dsh/env.toml (then `dsh-env trust`) or env.toml in the home";
-
-/// The home's folder of approvals, one file per approved manifest.
-const APPROVALS: &str = "trusted";
-
-/// The largest approval record read (a digest and a path).
-const MAX_RECORD_BYTES: u64 = 8 << 10;
 
 /// How a manifest came to be considered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +96,18 @@ pub(crate) struct Found {
     pub(crate) manifest: Option<Manifest>,
     /// Every manifest considered, the used one included, in order.
     pub(crate) considered: Vec<Considered>,
+    /// The loaded manifest's hooks file, if it names one.
+    pub(crate) hooks: Option<ManifestHooks>,
+}
+
+/// A manifest's hooks file, with its text when an approval covered it.
+pub(crate) struct ManifestHooks {
+    /// The file, and where the manifest names it.
+    pub(crate) setting: HooksSetting,
+    /// The text approved with a project manifest: what runs, never read
+    /// again. `None` for a manifest that needs no approval: the file is
+    /// read when the hooks load.
+    pub(crate) approved: Option<String>,
 }
 
 /// The manifest to use: `flag`, else `$DSH_ENV_MANIFEST`, else the nearest
@@ -130,8 +136,11 @@ pub(crate) fn find(
     let mut found = Found {
         manifest: None,
         considered: Vec::new(),
+        hooks: None,
     };
     let mut first: Option<Source> = None;
+    // The files an approved project manifest's approval covers, as approved.
+    let mut approved_files = None;
     let named = [
         (flag.map(Path::to_path_buf), Source::Flag),
         (variable, Source::Variable),
@@ -155,8 +164,9 @@ pub(crate) fn find(
                 format!("{walked}; {} comes first", first.described()),
             ),
             None => match load_project(&path, home.as_ref(), home_flag)? {
-                Ok(manifest) => {
-                    found.manifest = Some(manifest);
+                Ok(approved) => {
+                    approved_files = Some(approved.files);
+                    found.manifest = Some(approved.manifest);
                     found.use_(path, Source::Project, format!("{walked}, approved"));
                     first = Some(Source::Project);
                 }
@@ -180,6 +190,30 @@ pub(crate) fn find(
             }
         }
     }
+    let setting = found.manifest.as_ref().and_then(Manifest::hooks_setting);
+    found.hooks = match (setting, approved_files) {
+        (None, _) => None,
+        (Some(setting), None) => Some(ManifestHooks {
+            setting,
+            approved: None,
+        }),
+        // An approved manifest's hooks run as approved: its approval covers them.
+        (Some(setting), Some(files)) => {
+            let text = (files.into_iter())
+                .find(|(file, _)| file.path == setting.path)
+                .map(|(_, text)| text)
+                .ok_or_else(|| {
+                    Failure::config(format!(
+                        "hooks file {} is not among the files approved",
+                        shown_path(&setting.path)
+                    ))
+                })?;
+            Some(ManifestHooks {
+                setting,
+                approved: Some(text),
+            })
+        }
+    };
     Ok(found)
 }
 
@@ -215,53 +249,17 @@ fn walk_up(cwd: &Path, user: Option<&Path>) -> Option<PathBuf> {
     (!is_user).then_some(path)
 }
 
-/// The project manifest at `path`, parsed from the very bytes whose digest
-/// was approved; or, as `Err`, the one line saying it is not approved and
-/// the command that approves it. A file that cannot be read or parsed is a
+/// The project manifest found at `path`, as approved (see `approvals.rs`);
+/// or, as `Err`, the one line saying what is not approved and the command
+/// that approves it. A file that cannot be read or parsed is a
 /// configuration error.
 fn load_project(
     path: &Path,
     home: Option<&DshHome>,
     home_flag: Option<&str>,
-) -> CliResult<Result<Manifest, String>> {
-    let text = read_regular_text(path, MAX_MANIFEST_BYTES)
-        .map_err(|e| Failure::config(format!("cannot read manifest {e}")))?;
-    let canonical = path
-        .canonicalize()
-        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", shown_path(path))))?;
-    let recorded = home.and_then(|home| approved_digest(home, &canonical));
-    let command = trust_command(&canonical, home_flag);
-    let shown = shown_path(&canonical);
-    match recorded {
-        Some(digest) if digest == sha256_hex(text.as_bytes()) => {}
-        Some(_) => {
-            return Ok(Err(format!(
-                "project manifest {shown} changed since it was approved: review it, then run `{command}`"
-            )));
-        }
-        None => {
-            return Ok(Err(format!(
-                "project manifest {shown} is not approved: review it, then run `{command}`"
-            )));
-        }
-    }
-    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let manifest =
-        Manifest::parse(&text, &path.display().to_string(), base_dir).map_err(Failure::config)?;
-    Ok(Ok(manifest))
-}
-
-/// The file recording the approval of the manifest at `canonical`.
-fn record_path(home: &DshHome, canonical: &Path) -> PathBuf {
-    let key = sha256_hex(canonical.as_os_str().as_bytes());
-    home.path().join(APPROVALS).join(key)
-}
-
-/// The digest approved for the manifest at `canonical`, if any.
-fn approved_digest(home: &DshHome, canonical: &Path) -> Option<String> {
-    let text = read_regular_text(&record_path(home, canonical), MAX_RECORD_BYTES).ok()?;
-    let digest = text.split_whitespace().next()?;
-    is_sha256_hex(digest).then(|| digest.to_string())
+) -> CliResult<Result<approvals::Approved, String>> {
+    let located = approvals::locate(path)?;
+    approvals::check(&located, home, &trust_command(&located, home_flag))
 }
 
 /// The command that approves the manifest at `path`, quoted for a shell.
@@ -275,11 +273,6 @@ fn trust_command(path: &Path, home_flag: Option<&str>) -> String {
     command.push_str(&shell_quoted(&path.display().to_string()));
     // Shown on a terminal: a name that could move or hide text is escaped.
     escape_controls(&command).into_owned()
-}
-
-/// `path` as a line shows it: escaped, since a directory's name is anyone's.
-fn shown_path(path: &Path) -> String {
-    escape_controls(&path.display().to_string()).into_owned()
 }
 
 /// `text` as one shell word: as it is when that is safe, else single-quoted.
@@ -306,8 +299,9 @@ pub(crate) struct TrustArgs {
     revoke: bool,
 }
 
-/// Approves a project manifest's current bytes (after checking that it
-/// parses), or withdraws the approval.
+/// Approves a project manifest's current bytes and those of each file it
+/// names that the host runs as is (after checking that it parses and that
+/// they can be read), printing each; or withdraws the approval.
 pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::config(format!("cannot read the working directory: {e}")))?;
@@ -321,45 +315,33 @@ pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
             ))
         })?,
     };
-    let canonical = path
-        .canonicalize()
-        .map_err(|e| Failure::config(format!("cannot read manifest {}: {e}", shown_path(&path))))?;
-    let shown = shown_path(&canonical);
+    let located = approvals::locate(&path)?;
+    let shown = shown_path(&located);
     let home = resolve_home(args.home.as_deref(), None)?;
-    let record = record_path(&home, &canonical);
     if args.revoke {
-        match std::fs::remove_file(&record) {
-            Ok(()) => println!("revoked the approval of {shown}"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                println!("{shown} was not approved");
-            }
-            Err(e) => {
-                return Err(Failure::runtime(format!(
-                    "cannot remove {}: {e}",
-                    shown_path(&record)
-                )));
-            }
+        if approvals::revoke(&located, &home)? {
+            println!("revoked the approval of {shown}");
+        } else {
+            println!("{shown} was not approved");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let text = read_regular_text(&canonical, MAX_MANIFEST_BYTES)
-        .map_err(|e| Failure::config(format!("cannot read manifest {e}")))?;
-    let base_dir = canonical
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    // A manifest that cannot load is not worth approving: say why now.
-    let manifest = Manifest::parse(&text, &shown, base_dir).map_err(Failure::config)?;
-    let digest = sha256_hex(text.as_bytes());
-    let written = (record.parent())
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| atomic_file::write(&record, format!("{digest}  {shown}\n")));
-    written.map_err(|e| Failure::runtime(format!("cannot write {}: {e}", shown_path(&record))))?;
-    let count = manifest.contributors.len();
+    let approval = approvals::approve(&located, &home)?;
+    let count = approval.manifest.contributors.len();
     println!(
-        "approved {shown} (sha256 {digest}, {count} contributor{}); a change to it needs `dsh-env trust` again",
+        "approved {shown} (sha256 {}, {count} contributor{})",
+        approval.sha256,
         if count == 1 { "" } else { "s" }
     );
+    for (file, sha256) in &approval.files {
+        println!(
+            "approved its {} file {} (sha256 {sha256})",
+            file.field,
+            shown_path(&file.path)
+        );
+    }
+    let them = if approval.files.is_empty() { "it" } else { "any of them" };
+    println!("a change to {them} needs `dsh-env trust` again");
     Ok(ExitCode::SUCCESS)
 }
 

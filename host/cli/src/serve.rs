@@ -628,9 +628,9 @@ impl Server {
     /// `register`: the same fields as a manifest's `[[contributor]]`, with
     /// paths relative to the server's working directory.
     async fn register(&self, params: ContributorEntry) -> Result<Value, RpcError> {
-        let spec = params
-            .to_spec(Path::new(""), &self.host_env)
-            .map_err(|err| RpcError::params(&err).naming(&err))?;
+        let spec = (params.to_spec(Path::new(""), &self.host_env)).map_err(|err| {
+            RpcError::params(format!("contributor {}: {err}", params.label())).naming(&err)
+        })?;
         let registration = self
             .registry
             .register_spec(&spec)

@@ -12,14 +12,14 @@ use dsh_env::__internal::{
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HooksSetting, HostEnv, Manifest, Mode, Registration,
+    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration,
     Registry, Tiering, ToolExecution, Trust,
 };
 use dsh_env_harness::hooks::{HookDialect, Hooks};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{home_cache, resolve_home_explained, user_cache_key};
-use crate::manifests::{self, Approval, Considered, Found};
+use crate::manifests::{self, Approval, Considered, Found, ManifestHooks};
 
 /// This process's own executable image (Linux), started as its compile helper.
 const OWN_IMAGE: &str = "/proc/self/exe";
@@ -38,7 +38,7 @@ pub(crate) struct Registered {
     /// Every manifest considered, the one used and those skipped.
     pub(crate) manifests: Vec<Considered>,
     /// The manifest's `hooks` file, if it names one.
-    pub(crate) hooks: Option<HooksSetting>,
+    pub(crate) hooks: Option<ManifestHooks>,
 }
 
 /// `--hooks`, for the commands that run a command (`run`, `serve`).
@@ -55,13 +55,22 @@ impl HooksArg {
     /// checked (a bad file is a configuration error naming it); their
     /// hooks collect their own overlays from `registered`'s registry.
     pub(crate) fn load(&self, registered: &Registered) -> CliResult<Option<Hooks>> {
-        let (path, origin) = match (&self.hooks, &registered.hooks) {
-            (Some(path), _) => (path.clone(), None),
-            (None, Some(setting)) => (setting.path.clone(), Some(setting.origin.as_str())),
+        let registry = registered.registry.clone();
+        let dialect = HookDialect::ClaudeCode;
+        let (hooks, origin) = match (&self.hooks, &registered.hooks) {
+            (Some(path), _) => (Hooks::from_file(path, dialect, registry), None),
+            (None, Some(hooks)) => {
+                let (path, origin) = (&hooks.setting.path, hooks.setting.origin.as_str());
+                // Approved with a project manifest: the text approved runs.
+                let hooks = match &hooks.approved {
+                    Some(text) => Hooks::parse(text, &path.display().to_string(), dialect, registry),
+                    None => Hooks::from_file(path, dialect, registry),
+                };
+                (hooks, Some(origin))
+            }
             (None, None) => return Ok(None),
         };
-        let registry = registered.registry.clone();
-        Hooks::from_file(&path, HookDialect::ClaudeCode, registry)
+        hooks
             .map(Some)
             .map_err(|err| {
                 let path = escape_controls(&err.path);
@@ -251,10 +260,10 @@ impl Setup {
         let Found {
             manifest,
             considered,
+            hooks,
         } = manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)?;
         let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
         let registry = open_home_registry(home, self.home.as_deref(), tiering, manifest.as_ref())?;
-        let hooks = manifest.as_ref().and_then(Manifest::hooks_setting);
         let (registrations, environment) = match &manifest {
             Some(manifest) => (
                 (registry

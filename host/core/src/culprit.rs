@@ -58,6 +58,13 @@ impl From<&RegistryError> for Culprit {
             RegistryError::Changed { origin, .. } => Culprit::file(origin),
             RegistryError::Signature(err) => err.into(),
             RegistryError::TrustMismatch { manifest } => Culprit::file(manifest),
+            RegistryError::Spec {
+                contributor,
+                source,
+            } => Culprit {
+                contributor: Some(contributor.clone()),
+                ..Culprit::from(source)
+            },
         }
     }
 }
@@ -116,18 +123,17 @@ impl From<&DeclarationError> for Culprit {
 
 impl From<&ManifestError> for Culprit {
     fn from(err: &ManifestError) -> Self {
-        let (file, limit) = match err {
-            ManifestError::Read(err) => (&err.path, None),
-            ManifestError::Parse { path, .. } => (path, None),
-            ManifestError::Entry { path, source, .. } => (path, Culprit::from(source).limit),
+        let (file, entry) = match err {
+            ManifestError::Read(err) => (&err.path, Culprit::default()),
+            ManifestError::Parse { path, .. } => (path, Culprit::default()),
+            ManifestError::Entry { path, source, .. } => (path, Culprit::from(source)),
             ManifestError::Trust { path, .. } | ManifestError::Environment { path, .. } => {
-                (path, None)
+                (path, Culprit::default())
             }
         };
         Culprit {
             file: Some(file.clone()),
-            limit,
-            ..Culprit::default()
+            ..entry
         }
     }
 }
@@ -135,6 +141,10 @@ impl From<&ManifestError> for Culprit {
 impl From<&SpecError> for Culprit {
     fn from(err: &SpecError) -> Self {
         Culprit {
+            key: match err {
+                SpecError::ManagedEnvGrant(name) => Some(name.clone()),
+                _ => None,
+            },
             limit: match err {
                 SpecError::Limit { field, .. } => Some(field),
                 SpecError::ConfigInBoth(_)
@@ -143,7 +153,8 @@ impl From<&SpecError> for Culprit {
                 | SpecError::PathOrSource
                 | SpecError::Source(_)
                 | SpecError::SourceNotPinned(_)
-                | SpecError::SignatureWithSource => None,
+                | SpecError::SignatureWithSource
+                | SpecError::ManagedEnvGrant(_) => None,
             },
             ..Culprit::default()
         }

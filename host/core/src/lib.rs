@@ -68,7 +68,9 @@ pub use input::{FileError, ReadProblem};
 pub use keys::{BUILTIN_OWNER, DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::{HostLimits, Limits, Phase};
 pub use load_error::{LoadError, LoadErrorKind};
-pub use manifest::{EnvironmentEntry, HooksSetting, Manifest, ManifestError, TrustEntry};
+pub use manifest::{
+    EnvironmentEntry, HooksSetting, Manifest, ManifestError, NamedFile, TrustEntry,
+};
 pub use overlay::Overlay;
 pub use registry::{
     Absence, Collection, ContributorError, ContributorListing, FailureCause, KeyListing,

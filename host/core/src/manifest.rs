@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 use crate::environment::{EnvironmentPolicy, Inherit, PolicyError};
 use crate::home::HomeSetting;
-use crate::input::{FileError, MAX_MANIFEST_BYTES, read_regular_text};
+use crate::input::{FileError, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES, read_regular_text};
 use crate::signature::{SignatureError, Trust};
 use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
 
@@ -278,6 +278,21 @@ impl Manifest {
         })
     }
 
+    /// The files this manifest names whose content the host runs or trusts
+    /// as it is, each read from the manifest's folder: its `hooks` (their
+    /// commands run unsandboxed). Whoever approves the manifest approves
+    /// these too. Components are not among them: they run in the sandbox,
+    /// and `sha256` pins their bytes.
+    pub fn files_run_as_is(&self) -> Vec<NamedFile> {
+        (self.hooks_setting().into_iter())
+            .map(|hooks| NamedFile {
+                field: "hooks",
+                path: hooks.path,
+                max_bytes: MAX_HOOKS_BYTES,
+            })
+            .collect()
+    }
+
     /// The absolute (or cwd-relative) path of a contributor's component, if
     /// its entry names a file rather than a `source`.
     pub fn component_path(&self, entry: &ContributorEntry) -> Option<PathBuf> {
@@ -313,6 +328,18 @@ pub struct HooksSetting {
     pub path: PathBuf,
     /// The manifest's file, line and column, for messages.
     pub origin: String,
+}
+
+/// A file a manifest names that the host runs as it is
+/// ([`Manifest::files_run_as_is`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedFile {
+    /// The manifest field that names it, e.g. `hooks`.
+    pub field: &'static str,
+    /// The file, resolved against the manifest's folder.
+    pub path: PathBuf,
+    /// The most bytes it may have.
+    pub max_bytes: u64,
 }
 
 /// The 1-based line and column of byte `offset` in `text`.
@@ -446,7 +473,16 @@ path = "/abs/b.wasm"
             setting.origin,
             "`hooks` of manifest m.toml, line 2, column 9"
         );
+        assert_eq!(
+            manifest.files_run_as_is(),
+            [NamedFile {
+                field: "hooks",
+                path: PathBuf::from("/base/hooks/pre.json"),
+                max_bytes: MAX_HOOKS_BYTES,
+            }]
+        );
         assert_eq!(parse("").unwrap().hooks_setting(), None);
+        assert_eq!(parse("").unwrap().files_run_as_is(), []);
         let err = parse("hooks = 3\n").unwrap_err().to_string();
         assert!(err.contains("line 1, column 9"), "{err}");
     }

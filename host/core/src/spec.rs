@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::digest::sha256_hex;
 use crate::input::escape_controls;
+use crate::keys::is_managed_name;
 use crate::limits::Limits;
 use crate::store::{OciReference, ReferenceError};
 
@@ -196,6 +197,14 @@ pub enum SpecError {
         "signature is for a path entry; an oci:// source carries its signature in its image manifest"
     )]
     SignatureWithSource,
+    /// `grants.env` names a `DSH_*` variable: the host sets those for each
+    /// call, so the process's own (a stale outer value) reaches no guest.
+    #[error(
+        "grants.env names `{}`: a DSH_* value is set by dsh-env for each call, never copied from \
+         the host's environment into a guest",
+        escape_controls(.0)
+    )]
+    ManagedEnvGrant(String),
 }
 
 /// A contributor as written: a manifest's `[[contributor]]` entry, or the
@@ -317,6 +326,9 @@ impl ContributorEntry {
         base_dir: &Path,
         host_env: &HostEnv,
     ) -> Result<ContributorSpec, SpecError> {
+        if let Some(name) = managed_env_grant(self.grants.env.iter().map(String::as_str)) {
+            return Err(SpecError::ManagedEnvGrant(name.to_string()));
+        }
         if let Some(reviewed) = &self.grants_sha256 {
             let reviewed = pinned_digest("grants_sha256", reviewed)?;
             let actual = self.grants_digest()?;
@@ -400,6 +412,12 @@ impl ContributorEntry {
         }
         Ok(config)
     }
+}
+
+/// The first of `names` in the managed `DSH_*` namespace (in any case, as
+/// the scrub compares): no env grant may name one.
+pub(crate) fn managed_env_grant<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    names.into_iter().find(|name| is_managed_name(name))
 }
 
 /// `text` (the value of `field`) as a SHA-256 digest in lowercase hex.

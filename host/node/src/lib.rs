@@ -116,6 +116,7 @@ fn refused(err: &RegistryError) -> Error {
         RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
         RegistryError::Declaration(_) => "DSH_DECLARATION",
         RegistryError::Manifest(_) | RegistryError::TrustMismatch { .. } => "DSH_MANIFEST",
+        RegistryError::Spec { .. } => "DSH_INVALID_ARGUMENT",
         RegistryError::Changed { .. } => "DSH_CHANGED",
         RegistryError::Signature(_) => "DSH_SIGNATURE",
     };
@@ -273,9 +274,12 @@ impl Registry {
         })?;
         let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process())).map_err(|e| {
             failure(
-                format!("register options: {e}"),
+                format!("register options of {}: {e}", entry.label()),
                 "DSH_INVALID_ARGUMENT",
-                Culprit::from(&e),
+                Culprit {
+                    contributor: entry.path.as_ref().map(|path| path.display().to_string()),
+                    ..Culprit::from(&e)
+                },
             )
         })?;
         let registry = self.inner.clone();
@@ -596,7 +600,7 @@ fn read_manifest(path: &str) -> Result<Manifest> {
     Manifest::from_file(path.as_ref()).map_err(|e| {
         let culprit = Culprit {
             file: Some(path.to_string()),
-            ..Culprit::default()
+            ..Culprit::from(&e)
         };
         failure(&e, "DSH_MANIFEST", culprit)
     })

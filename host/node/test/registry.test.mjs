@@ -371,3 +371,33 @@ test('a pin that no longer matches tells a Node caller what to do, not only the 
     return true;
   });
 });
+
+test('an env grant of a DSH_* name is refused, by register and by a manifest, naming the contributor and the name', async () => {
+  // The process's own DSH_* values are an outer call's: none may reach a guest.
+  const registry = openRegistry();
+  const probe = guest('puppet');
+  for (const name of ['DSH_HOME', 'dsh_session_id']) {
+    await assert.rejects(
+      registry.register(probe, { config: { name: 'stale', keys: 'DSH_STALE=s' }, grants: { env: ['PATH', name] } }),
+      (error) => {
+        assert.ok(error instanceof dshEnv.DshEnvError, String(error));
+        assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+        assert.equal(error.key, name);
+        assert.equal(error.contributor, probe);
+        assert.ok(error.message.includes(probe), error.message);
+        assert.ok(error.message.includes(`grants.env names \`${name}\``), error.message);
+        return true;
+      },
+    );
+  }
+  const manifest = join(scratch(), 'm.toml');
+  writeFileSync(manifest, `[[contributor]]\npath = ${JSON.stringify(probe)}\n[contributor.grants]\nenv = ["DSH_HOME"]\n`);
+  await assert.rejects(registry.registerManifest(manifest), (error) => {
+    assert.equal(error.code, 'DSH_MANIFEST', String(error));
+    assert.equal(error.key, 'DSH_HOME');
+    assert.equal(error.file, manifest);
+    assert.ok(error.message.includes(`contributor ${probe}: grants.env names \`DSH_HOME\``), error.message);
+    return true;
+  });
+  assert.deepEqual(registry.contributors(), []);
+});

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use dsh_env::{Agent, Manifest, Overlay, Registry, ToolExecution};
+use dsh_env::{Agent, ContributorSpec, Culprit, Manifest, Overlay, Registry, ToolExecution};
 use dsh_env_tests::{artifacts, registry};
 
 fn call_in(cwd: &Path) -> ToolExecution {
@@ -184,4 +184,33 @@ async fn grants_config_is_served_and_may_not_repeat_a_config_key() {
             .contains("config key `name` is set in both config and grants.config"),
         "{err}"
     );
+}
+
+/// A component described in code, not by an entry, with an env grant of a
+/// `DSH_*` name: refused at registration, naming it and the name, before it
+/// runs at all; the host's own `DSH_*` values are an outer call's.
+#[tokio::test]
+async fn a_managed_env_grant_is_refused_at_registration_however_it_was_described() {
+    let registry = registry();
+    let mut spec = ContributorSpec::file(artifacts::PUPPET);
+    spec.config = [("name", "stale"), ("keys", "DSH_STALE=s"), ("resolve", "env")]
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .into();
+    spec.grants.env = vec![
+        ("PATH".into(), "/bin".into()),
+        ("dsh_home".into(), "/outer/home".into()),
+    ];
+    let err = registry.register_spec(&spec).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "contributor {}: grants.env names `dsh_home`: a DSH_* value is set by dsh-env for \
+             each call, never copied from the host's environment into a guest",
+            artifacts::PUPPET
+        )
+    );
+    let culprit = Culprit::from(&err);
+    assert_eq!(culprit.contributor.as_deref(), Some(artifacts::PUPPET));
+    assert_eq!(culprit.key.as_deref(), Some("dsh_home"));
+    assert!(registry.contributors().is_empty());
 }

@@ -275,6 +275,16 @@ fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// A hooks.json whose `PreToolUse` hook runs `pre` and whose `PostToolUse`
+/// hook runs `post`, both Bash-only.
+fn hooks_json(pre: &str, post: &str) -> String {
+    serde_json::json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": pre}]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": post}]}],
+    }})
+    .to_string()
+}
+
 /// Asserts that `output`'s process succeeded, showing its output if not.
 fn succeeded(what: &str, output: &Output) {
     let (out, err) = (stdout(output), stderr(output));

@@ -198,3 +198,171 @@ fn a_manifests_path_is_shown_escaped() {
         assert!(!said.contains(['\u{1b}', '\u{202e}']), "{args:?}: {said:?}");
     }
 }
+
+/// A checkout `name` in `f` whose `.dsh/` holds a manifest naming its
+/// `hooks.json` and its `c.wasm` (a copy of `component`) by relative
+/// paths; its hook touches `marker`. Returns the checkout's folder.
+fn checkout(f: &Fixture, name: &str, component: &str, marker: &Path) -> PathBuf {
+    let root = f.path(name);
+    std::fs::create_dir_all(root.join(".dsh")).unwrap();
+    std::fs::write(
+        root.join(".dsh/env.toml"),
+        "hooks = \"hooks.json\"\n\n[[contributor]]\npath = \"c.wasm\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".dsh/hooks.json"), touching(marker)).unwrap();
+    std::fs::copy(component, root.join(".dsh/c.wasm")).unwrap();
+    root
+}
+
+/// A hooks.json whose `PreToolUse` hook touches `marker`.
+fn touching(marker: &Path) -> String {
+    hooks_json(&format!("touch '{}'", marker.display()), "true")
+}
+
+/// A checkout whose `.dsh/env.toml` links to a manifest approved in another
+/// is not approved: beside the link, the manifest's relative paths name the
+/// checkout's own hooks and component. Approved where it was found, it runs
+/// those, as approved there.
+#[test]
+fn an_approval_belongs_to_the_path_where_the_manifest_was_found() {
+    let f = Fixture::new();
+    let (a_ran, b_ran) = (f.path("a-hook-ran"), f.path("b-hook-ran"));
+    let a = checkout(&f, "a", AGENT_LINEAGE, &a_ran);
+    succeeded("trust in a", &run_in(&f, &a, &["trust"], &[]));
+    let b = checkout(&f, "b", CALL_TRACE, &b_ran);
+    let a_manifest = a.canonicalize().unwrap().join(".dsh/env.toml");
+    let b_manifest = b.canonicalize().unwrap().join(".dsh/env.toml");
+    std::fs::remove_file(&b_manifest).unwrap();
+    std::os::unix::fs::symlink(&a_manifest, &b_manifest).unwrap();
+
+    let (b_shown, a_shown) = (b_manifest.display(), a_manifest.display());
+    let refusal = [
+        format!("project manifest {b_shown} is not approved"),
+        format!("it links to {a_shown}"),
+        format!("dsh-env trust {b_shown}"),
+    ];
+    let refusal: Vec<&str> = refusal.iter().map(String::as_str).collect();
+    let out = run_in(&f, &b, &["run", "--", "true"], &[]);
+    assert_one_line_error(&out, 125, &refusal);
+    assert!(!b_ran.exists(), "the unapproved checkout's hook ran");
+    assert_config_error(&run_in(&f, &b, &["list"], &[]), &refusal);
+
+    // A runs its own hooks and component.
+    succeeded("run in a", &run_in(&f, &a, &["run", "--", "true"], &[]));
+    assert!(a_ran.exists() && !b_ran.exists());
+    let out = run_in(&f, &a, &["list"], &[]);
+    succeeded("list in a", &out);
+    assert!(stdout(&out).contains("DSH_AGENT_DEPTH"), "{}", stdout(&out));
+
+    // Approved in B, B's own hooks and component, beside the link, are used.
+    let out = run_in(&f, &b, &["trust"], &[]);
+    succeeded("trust in b", &out);
+    assert!(stdout(&out).contains(&b_shown.to_string()), "{}", stdout(&out));
+    let out = run_in(&f, &b, &["list"], &[]);
+    succeeded("list in b", &out);
+    let listed = stdout(&out);
+    assert!(
+        listed.contains("DSH_TRACEPARENT") && !listed.contains("DSH_AGENT_DEPTH"),
+        "{listed}"
+    );
+    succeeded("run in b", &run_in(&f, &b, &["run", "--", "true"], &[]));
+    assert!(b_ran.exists());
+}
+
+/// A project manifest's approval covers the hooks file it names: `trust`
+/// shows it, and an edit to it after the approval is refused, naming the
+/// file, until approved again. An approval recorded by an earlier dsh-env
+/// (which covered the manifest alone) asks again, saying so.
+#[test]
+fn an_approval_covers_the_hooks_file_and_an_edit_to_it_asks_again() {
+    let f = Fixture::new();
+    let (ran, edited_ran) = (f.path("hook-ran"), f.path("edited-hook-ran"));
+    let root = checkout(&f, "app", AGENT_LINEAGE, &ran);
+    let folder = root.canonicalize().unwrap().join(".dsh");
+    let (manifest, hooks) = (folder.join("env.toml"), folder.join("hooks.json"));
+    let out = run_in(&f, &root, &["trust"], &[]);
+    succeeded("trust", &out);
+    let said = stdout(&out);
+    let hooks_digest = sha256_of(hooks.to_str().unwrap());
+    for needle in [
+        format!("approved {}", manifest.display()),
+        format!("approved its hooks file {} (sha256 {hooks_digest})", hooks.display()),
+        "a change to any of them needs `dsh-env trust` again".into(),
+    ] {
+        assert!(said.contains(&needle), "`{needle}` not in: {said}");
+    }
+    succeeded("run", &run_in(&f, &root, &["run", "--", "true"], &[]));
+    assert!(ran.exists(), "the approved hook ran");
+
+    // Edited after the approval: nothing runs it until it is approved again.
+    std::fs::write(&hooks, touching(&edited_ran)).unwrap();
+    let approve = format!("dsh-env trust {}", manifest.display());
+    let changed = format!(
+        "hooks file {} of project manifest {} changed since it was approved",
+        hooks.display(),
+        manifest.display()
+    );
+    let out = run_in(&f, &root, &["run", "--", "true"], &[]);
+    assert_one_line_error(&out, 125, &[&changed, &approve]);
+    assert!(!edited_ran.exists(), "the edited hook ran");
+    assert_config_error(&run_in(&f, &root, &["list"], &[]), &[&changed, &approve]);
+    let out = run_in(&f, &root, &["explain", "--json"], &[]);
+    succeeded("explain", &out);
+    let report = json(&out);
+    let why = report["manifests"][0]["why"].as_str().unwrap();
+    assert!(why.contains(&changed), "{report}");
+
+    succeeded("trust again", &run_in(&f, &root, &["trust"], &[]));
+    succeeded("run", &run_in(&f, &root, &["run", "--", "true"], &[]));
+    assert!(edited_ran.exists(), "the hook approved again ran");
+
+    // A record in the earlier format (a digest and a path, for the manifest
+    // alone) approves nothing now, and the refusal says why.
+    let approvals = f.path(".dsh/trusted");
+    let records: Vec<PathBuf> = (std::fs::read_dir(&approvals).unwrap())
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    let [record] = &records[..] else {
+        panic!("one approval: {records:?}")
+    };
+    let earlier = format!(
+        "{}  {}\n",
+        sha256_of(manifest.to_str().unwrap()),
+        manifest.display()
+    );
+    std::fs::write(record, earlier).unwrap();
+    assert_config_error(
+        &run_in(&f, &root, &["list"], &[]),
+        &["was approved by an earlier dsh-env", "hooks", &approve],
+    );
+}
+
+/// The host's own `DSH_*` values are an outer call's, stale here: a
+/// manifest that grants one to a guest, in any case, is refused, naming the
+/// contributor and the name, and `trust` does not approve it.
+#[test]
+fn an_env_grant_of_a_managed_name_is_refused_naming_the_contributor_and_the_name() {
+    let f = Fixture::new();
+    let outer = [("DSH_HOME", "/outer/home"), ("dsh_session_id", "outer")];
+    for name in ["DSH_HOME", "dsh_session_id"] {
+        let manifest = f.write(
+            "granted.toml",
+            &format!(
+                "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"stale\"\n\
+                 keys = \"DSH_STALE=s\"\nresolve = \"env\"\n[contributor.grants]\n\
+                 env = [\"PATH\", {name:?}]\n"
+            ),
+        );
+        let manifest = manifest.to_str().unwrap();
+        let refusal = [
+            "granted.toml",
+            &format!("contributor {PUPPET}"),
+            &format!("grants.env names `{name}`"),
+        ];
+        let out = f.run(&["resolve", "--manifest", manifest, "--home", &f.home()], &outer);
+        assert_config_error(&out, &refusal);
+        let out = f.run(&["trust", manifest, "--home", &f.home()], &outer);
+        assert_config_error(&out, &refusal);
+    }
+}

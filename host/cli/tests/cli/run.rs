@@ -352,16 +352,6 @@ fn hook_script(f: &Fixture) -> PathBuf {
     script
 }
 
-/// A hooks.json whose `PreToolUse` hook runs `pre` and whose `PostToolUse`
-/// hook runs `post`, both Bash-only.
-fn hooks_json(pre: &str, post: &str) -> String {
-    serde_json::json!({"hooks": {
-        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": pre}]}],
-        "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": post}]}],
-    }})
-    .to_string()
-}
-
 fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()

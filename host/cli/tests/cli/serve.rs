@@ -206,6 +206,13 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
                     "path": PUPPET, "grants": {"network": true},
                 }),
             ),
+            request(
+                5,
+                "register",
+                serde_json::json!({
+                    "path": PUPPET, "grants": {"env": ["GRANTED_VAR", "DSH_HOME"]},
+                }),
+            ),
         ],
     );
     assert_eq!(answers[0]["result"]["name"], "env-probe", "{}", answers[0]);
@@ -217,7 +224,7 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
     assert_eq!(answers[2]["error"]["code"], -32602);
     assert_eq!(
         answers[2]["error"]["message"],
-        "invalid params: limits.deadline_ms must be at least 1"
+        format!("invalid params: contributor {PUPPET}: limits.deadline_ms must be at least 1")
     );
     assert_eq!(answers[3]["error"]["code"], -32602);
     assert!(
@@ -228,6 +235,14 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
         "{}",
         answers[3]
     );
+    // The host's own DSH_* values are stale outer ones: no grant copies one.
+    let refused = &answers[4]["error"];
+    assert_eq!(refused["code"], -32602, "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    for needle in [PUPPET, "grants.env names `DSH_HOME`"] {
+        assert!(message.contains(needle), "`{needle}` not in {refused}");
+    }
+    assert_eq!(refused["data"]["key"], "DSH_HOME", "{refused}");
 }
 
 #[test]

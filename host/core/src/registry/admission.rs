@@ -10,7 +10,7 @@ use crate::limits::Limits;
 use crate::load_error::{LoadError, LoadErrorKind};
 use crate::sandbox::{ContributorComponent, Source};
 use crate::signature::{SignatureError, Signer, read_signature};
-use crate::spec::{ContributorSource, ContributorSpec};
+use crate::spec::{ContributorSource, ContributorSpec, SpecError, managed_env_grant};
 use crate::store::{SIGNATURE_ANNOTATION, Store, StoredArtifact};
 
 use super::error::RegistryError;
@@ -168,6 +168,19 @@ impl Registry {
             .with_declared_at(spec.declared_at.clone())
             .with_on_error(spec.on_error)
             .checked(signer, Arc::clone(trust)))
+    }
+
+    /// The grants rule at registration, for a component however it was
+    /// made: no env grant names a `DSH_*` variable.
+    pub(super) fn check_grants(component: &ContributorComponent) -> Result<(), RegistryError> {
+        let names = component.grants().env.iter().map(|(name, _)| name.as_str());
+        match managed_env_grant(names) {
+            Some(name) => Err(RegistryError::Spec {
+                contributor: component.origin().to_string(),
+                source: SpecError::ManagedEnvGrant(name.to_string()),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The trust rule at registration: under a trust with keys, only a

@@ -10,6 +10,7 @@ use crate::load_error::LoadError;
 use crate::manifest::ManifestError;
 use crate::sandbox::GuestFailure;
 use crate::signature::SignatureError;
+use crate::spec::SpecError;
 
 /// Why a contributor failed, naming it, the phase, and the cause.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,5 +107,14 @@ pub enum RegistryError {
     TrustMismatch {
         /// The manifest.
         manifest: String,
+    },
+    /// The component's description breaks a rule of its spec (a component
+    /// built in code, whose grants no [`crate::ContributorEntry`] checked).
+    #[error("contributor {}: {source}", escape_controls(.contributor))]
+    Spec {
+        /// The component.
+        contributor: String,
+        /// What is wrong.
+        source: SpecError,
     },
 }

@@ -135,6 +135,7 @@ impl Registry {
         component: ContributorComponent,
     ) -> Result<Registration, RegistryError> {
         self.admit(&component)?;
+        Self::check_grants(&component)?;
         let raw = self.remembered_declaration(&component).await?;
         let (limits, on_error) = (component.limits().clone(), component.on_error());
         let resolver = Resolver::Wasm(Box::new(WasmResolver {

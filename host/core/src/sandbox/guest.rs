@@ -16,6 +16,7 @@ use super::trace::{Sought, SoughtHost};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
+use crate::keys::is_managed_name;
 use crate::spec::Grants;
 use crate::{epoch, limits};
 
@@ -298,7 +299,9 @@ pub(super) fn wasi_context(
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
-    for (name, value) in &grants.env {
+    // Registration refuses a DSH_* grant; should one get here by another
+    // way, the host's stale value still stays out.
+    for (name, value) in grants.env.iter().filter(|(name, _)| !is_managed_name(name)) {
         builder.env(name, value);
     }
     let agent_cwd = execution
