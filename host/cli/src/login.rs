@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 
 use dsh_env::__internal::{escape_controls, read_capped, utf8};
-use dsh_env_oci::{AuthFiles, Credential};
+use dsh_env_oci::Credential;
 
 use crate::failure::{CliResult, Failure};
 use crate::network::NetworkArgs;
@@ -55,6 +55,8 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         secret: password,
         source: "--password-stdin".into(),
     };
+    // Held from here on: whatever the registry answers, no line shows it.
+    dsh_env_oci::secrets::hold_credential(&credential);
     let options = dsh_env_oci::Options {
         credential: Some(credential.clone()),
         ..args.network.anonymous()
@@ -62,7 +64,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     dsh_env_oci::check_login(&registry, &options)
         .await
         .map_err(|e| Failure::config(format!("login to {shown}: {e}")))?;
-    let stored = AuthFiles::from_env()
+    let stored = (args.network.auth_files())
         .store(&registry, &credential)
         .map_err(|e| Failure::config(format!("login to {shown}: {e}")))?;
     println!(

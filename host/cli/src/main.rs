@@ -235,8 +235,10 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(failure) => {
-            // One line: line breaks become spaces, other controls are escaped.
+            // One line: line breaks become spaces, other controls are
+            // escaped, and no credential the process holds is shown.
             let message = failure.message.replace('\n', " ");
+            let message = dsh_env_oci::secrets::redact(&message);
             eprintln!("dsh-env: {}", escape_controls(&message));
             ExitCode::from(failure.code)
         }

@@ -1,10 +1,12 @@
 //! How `add`, `pull`, `push` and `login` reach a registry: `--plain-http`,
-//! the deadline of the whole pull or push, and the stored credential.
+//! the deadline of the whole pull or push, and the stored credential (whose
+//! credential helper gets no longer than that deadline either).
 
 use std::time::Duration;
 
 use dsh_env::OciReference;
 use dsh_env_oci::AuthFiles;
+use dsh_env_oci::auth::HELPER_TIMEOUT;
 
 use crate::failure::{CliResult, Failure};
 
@@ -20,7 +22,8 @@ pub(crate) struct NetworkArgs {
     #[arg(long)]
     plain_http: bool,
     /// Give up when the whole pull or push (every request, the token's too)
-    /// takes longer than this many seconds, 1 to 86400.
+    /// takes longer than this many seconds, 1 to 86400; a credential helper
+    /// is killed past it too, if it is under the helper's 30 s.
     #[arg(
         long,
         value_name = "SECS",
@@ -36,16 +39,29 @@ impl NetworkArgs {
     pub(crate) fn anonymous(&self) -> dsh_env_oci::Options {
         dsh_env_oci::Options {
             plain_http: self.plain_http,
-            deadline: Duration::from_secs(self.network_timeout_secs),
+            deadline: self.deadline(),
             ..dsh_env_oci::Options::default()
         }
     }
 
+    fn deadline(&self) -> Duration {
+        Duration::from_secs(self.network_timeout_secs)
+    }
+
+    /// The auth files the container tools read (see
+    /// `dsh_env_oci::AuthFiles::from_env`), their credential helpers given
+    /// the network deadline when it is the shorter.
+    pub(crate) fn auth_files(&self) -> AuthFiles {
+        AuthFiles {
+            helper_timeout: HELPER_TIMEOUT.min(self.deadline()),
+            ..AuthFiles::from_env()
+        }
+    }
+
     /// The options these flags ask for, with the credential stored for
-    /// `reference`'s registry where the container tools keep them (see
-    /// `dsh_env_oci::AuthFiles::from_env`), if there is one.
+    /// `reference`'s registry in the [`NetworkArgs::auth_files`], if any.
     pub(crate) fn options(&self, reference: &OciReference) -> CliResult<dsh_env_oci::Options> {
-        let credential = (AuthFiles::from_env().credential(reference.registry()))
+        let credential = (self.auth_files().credential(reference.registry()))
             .map_err(|e| Failure::config(format!("{reference}: {e}")))?;
         Ok(dsh_env_oci::Options {
             credential,

@@ -108,9 +108,10 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
             Outcome::Failed(why) => {
                 // Always said, terminal or not: the exit code alone does not
                 // name what is missing.
+                let why = why.replace('\n', " ");
                 eprintln!(
                     "dsh-env: {counter} not in the store: {}",
-                    escape_controls(&why.replace('\n', " "))
+                    escape_controls(&dsh_env_oci::secrets::redact(&why))
                 );
                 failed.push(shown);
             }

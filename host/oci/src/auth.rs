@@ -9,13 +9,17 @@
 //! that crate runs a helper with no output cap and no timeout, and its
 //! helper error quotes the helper's output, which may hold the secret.
 //! Here a file is read under [`MAX_AUTH_FILE_BYTES`], a helper's answer
-//! under [`MAX_HELPER_OUTPUT_BYTES`] within [`HELPER_TIMEOUT`], and no error
-//! quotes a file's or a helper's text.
+//! under [`MAX_HELPER_OUTPUT_BYTES`] within [`AuthFiles::helper_timeout`],
+//! and no error quotes a file's or a helper's text. A helper runs in a
+//! process group of its own, ended when it exits or is killed, so nothing
+//! it started (a gpg, a pinentry) outlives it. Every credential found is
+//! held by [`crate::secrets`], to be blanked out of whatever is shown.
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -26,7 +30,8 @@ use dsh_env::__internal::{block_sigpipe, escape_controls, read_capped, read_regu
 pub const MAX_AUTH_FILE_BYTES: u64 = 1 << 20;
 /// The most a credential helper may print for one `get`.
 pub const MAX_HELPER_OUTPUT_BYTES: u64 = 64 << 10;
-/// How long a credential helper may take; past it, it is killed.
+/// How long a credential helper may take by default
+/// ([`AuthFiles::helper_timeout`]); past it, it is killed with its group.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A username and password (or token) for one registry. Its `Debug` shows
@@ -96,12 +101,25 @@ pub enum AuthError {
 
 /// The auth files, in the order they are read: the first that holds an
 /// entry, a `credHelpers` entry or a `credsStore` answers for a registry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthFiles {
     /// The files, most preferred first; a missing one is skipped.
     pub files: Vec<PathBuf>,
     /// Where `login` writes.
     pub login_file: Option<PathBuf>,
+    /// How long a credential helper may take; past it, it and everything
+    /// in its process group are killed. Default [`HELPER_TIMEOUT`].
+    pub helper_timeout: Duration,
+}
+
+impl Default for AuthFiles {
+    fn default() -> Self {
+        AuthFiles {
+            files: Vec::new(),
+            login_file: None,
+            helper_timeout: HELPER_TIMEOUT,
+        }
+    }
 }
 
 impl AuthFiles {
@@ -124,18 +142,29 @@ impl AuthFiles {
         AuthFiles {
             files,
             login_file: explicit.or(docker),
+            helper_timeout: HELPER_TIMEOUT,
         }
     }
 
-    /// The credential for `registry` (`host[:port]`), if any file has one.
+    /// The credential for `registry` (`host[:port]`), if any file has one;
+    /// one found is held by [`crate::secrets`] from then on.
     pub fn credential(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
+        let found = self.find(registry)?;
+        if let Some(credential) = &found {
+            crate::secrets::hold_credential(credential);
+        }
+        Ok(found)
+    }
+
+    /// The credential for `registry`: the first file that speaks of it answers.
+    fn find(&self, registry: &str) -> Result<Option<Credential>, AuthError> {
         for path in &self.files {
             let Some(config) = read_config(path)? else {
                 continue;
             };
             let shown = path.display().to_string();
             if let Some(helper) = config.cred_helpers.get(registry) {
-                return from_helper(helper, registry);
+                return self.from_helper(helper, registry);
             }
             if let Some(entry) = config.entry(registry)
                 && let Some(credential) = entry.credential(&shown, registry)?
@@ -143,7 +172,7 @@ impl AuthFiles {
                 return Ok(Some(credential));
             }
             if let Some(store) = &config.creds_store {
-                return from_helper(store, registry);
+                return self.from_helper(store, registry);
             }
         }
         Ok(None)
@@ -175,7 +204,7 @@ impl AuthFiles {
         let config: DockerConfig = serde_json::from_value(document.clone())
             .map_err(|_| write_error("it is not a Docker config.json".into()))?;
         if let Some(helper) = (config.cred_helpers.get(registry)).or(config.creds_store.as_ref()) {
-            store_with_helper(helper, registry, credential)?;
+            self.store_with_helper(helper, registry, credential)?;
             return Ok(format!("docker-credential-{helper}"));
         }
         let auth = STANDARD.encode(format!("{}:{}", credential.username, credential.secret));
@@ -313,112 +342,157 @@ struct HelperAnswer {
     secret: String,
 }
 
-/// Asks `docker-credential-<helper> get` for `registry`; a helper that has
-/// none answers `None`.
-fn from_helper(helper: &str, registry: &str) -> Result<Option<Credential>, AuthError> {
-    let fail = |reason: &str| AuthError::Helper {
-        helper: escape_controls(helper).into_owned(),
-        reason: reason.to_string(),
-    };
-    let (success, stdout) = run_helper(helper, "get", registry.as_bytes())?;
-    if !success {
-        // The protocol's "none stored" answer; anything else is a failure.
-        if String::from_utf8_lossy(&stdout).contains("credentials not found") {
-            return Ok(None);
-        }
-        return Err(fail("`get` failed"));
-    }
-    let answer: HelperAnswer = serde_json::from_slice(&stdout)
-        .map_err(|_| fail("`get` answered something other than {Username, Secret}"))?;
-    if answer.username == "<token>" {
-        return Err(fail(
-            "it holds an identity token, which dsh-env does not use yet",
-        ));
-    }
-    Ok(Some(Credential {
-        username: answer.username,
-        secret: answer.secret,
-        source: format!("docker-credential-{}", escape_controls(helper)),
-    }))
-}
-
-/// Asks `docker-credential-<helper> store` to keep `credential`.
-fn store_with_helper(
-    helper: &str,
-    registry: &str,
-    credential: &Credential,
-) -> Result<(), AuthError> {
-    let input = serde_json::json!({
-        "ServerURL": registry,
-        "Username": credential.username,
-        "Secret": credential.secret,
-    });
-    let (success, _) = run_helper(helper, "store", input.to_string().as_bytes())?;
-    if success {
-        Ok(())
-    } else {
-        Err(AuthError::Helper {
+impl AuthFiles {
+    /// Asks `docker-credential-<helper> get` for `registry`; a helper that has
+    /// none answers `None`.
+    fn from_helper(&self, helper: &str, registry: &str) -> Result<Option<Credential>, AuthError> {
+        let fail = |reason: &str| AuthError::Helper {
             helper: escape_controls(helper).into_owned(),
-            reason: "`store` failed".into(),
-        })
+            reason: reason.to_string(),
+        };
+        let (success, stdout) = self.run_helper(helper, "get", registry.as_bytes())?;
+        if !success {
+            // The protocol's "none stored" answer; anything else is a failure.
+            if String::from_utf8_lossy(&stdout).contains("credentials not found") {
+                return Ok(None);
+            }
+            return Err(fail("`get` failed"));
+        }
+        let answer: HelperAnswer = serde_json::from_slice(&stdout)
+            .map_err(|_| fail("`get` answered something other than {Username, Secret}"))?;
+        if answer.username == "<token>" {
+            return Err(fail(
+                "it holds an identity token, which dsh-env does not use yet",
+            ));
+        }
+        Ok(Some(Credential {
+            username: answer.username,
+            secret: answer.secret,
+            source: format!("docker-credential-{}", escape_controls(helper)),
+        }))
+    }
+
+    /// Asks `docker-credential-<helper> store` to keep `credential`.
+    fn store_with_helper(
+        &self,
+        helper: &str,
+        registry: &str,
+        credential: &Credential,
+    ) -> Result<(), AuthError> {
+        let input = serde_json::json!({
+            "ServerURL": registry,
+            "Username": credential.username,
+            "Secret": credential.secret,
+        });
+        let (success, _) = self.run_helper(helper, "store", input.to_string().as_bytes())?;
+        if success {
+            Ok(())
+        } else {
+            Err(AuthError::Helper {
+                helper: escape_controls(helper).into_owned(),
+                reason: "`store` failed".into(),
+            })
+        }
+    }
+
+    /// Runs `docker-credential-<helper> <action>` with `input` on its stdin
+    /// (secrets go there, never into arguments): whether it succeeded, and at
+    /// most [`MAX_HELPER_OUTPUT_BYTES`] of its stdout. It runs in a process
+    /// group of its own, killed whole once it exits or past
+    /// [`AuthFiles::helper_timeout`]; its stderr is not read.
+    fn run_helper(
+        &self,
+        helper: &str,
+        action: &str,
+        input: &[u8],
+    ) -> Result<(bool, Vec<u8>), AuthError> {
+        let plain = !helper.is_empty()
+            && (helper.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(AuthError::HelperName(escape_controls(helper).into_owned()));
+        }
+        let fail = |reason: String| AuthError::Helper {
+            helper: helper.to_string(),
+            reason,
+        };
+        let mut child = Command::new(format!("docker-credential-{helper}"))
+            .arg(action)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| fail(format!("cannot start it: {e}")))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let input = input.to_vec();
+        // Written apart, so a helper that does not read cannot block this one.
+        let writer = std::thread::spawn(move || {
+            block_sigpipe();
+            let _ = stdin.write_all(&input);
+        });
+        let mut stdout = child.stdout.take().expect("piped");
+        let (sender, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(read_capped(&mut stdout, MAX_HELPER_OUTPUT_BYTES));
+        });
+        let deadline = Instant::now() + self.helper_timeout;
+        let exited = loop {
+            match has_exited(&child) {
+                Ok(true) => break Ok(()),
+                Ok(false) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(false) => {
+                    break Err(fail(format!(
+                        "no answer within {} s; killed",
+                        self.helper_timeout.as_secs_f64()
+                    )));
+                }
+                Err(e) => break Err(fail(e.to_string())),
+            }
+        };
+        // Not reaped yet, so its pid still names its group alone: whatever it
+        // left running (or it, at the deadline) ends here, and nothing else.
+        kill_group(&child);
+        let status = child.wait().map_err(|e| fail(e.to_string()))?;
+        exited?;
+        let _ = writer.join();
+        // What it left behind is gone, so its stdout ends; still, wait no
+        // longer than the deadline (a grandchild may have left the group).
+        let left = deadline.saturating_duration_since(Instant::now());
+        let stdout = (answer.recv_timeout(left))
+            .map_err(|_| fail("its output did not end in time".into()))?
+            .map_err(|e| fail(format!("its output {e}")))?;
+        Ok((status.success(), stdout))
     }
 }
 
-/// Runs `docker-credential-<helper> <action>` with `input` on its stdin
-/// (secrets go there, never into arguments): whether it succeeded, and at
-/// most [`MAX_HELPER_OUTPUT_BYTES`] of its stdout. Killed past
-/// [`HELPER_TIMEOUT`]; its stderr is not read.
-fn run_helper(helper: &str, action: &str, input: &[u8]) -> Result<(bool, Vec<u8>), AuthError> {
-    let plain = !helper.is_empty()
-        && (helper.chars()).all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !plain {
-        return Err(AuthError::HelperName(escape_controls(helper).into_owned()));
+/// Whether `child` has exited, without reaping it (`waitid` with
+/// `WNOWAIT`): until it is reaped, its pid cannot be reused, so its process
+/// group id names only what it started.
+fn has_exited(child: &Child) -> std::io::Result<bool> {
+    // SAFETY: siginfo_t is plain data, for which all zeroes is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: waitid writes only into `info`, which lives across the call.
+    let done = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
+    if done != 0 {
+        let error = std::io::Error::last_os_error();
+        return match error.kind() {
+            std::io::ErrorKind::Interrupted => Ok(false),
+            _ => Err(error),
+        };
     }
-    let fail = |reason: String| AuthError::Helper {
-        helper: helper.to_string(),
-        reason,
-    };
-    let mut child = Command::new(format!("docker-credential-{helper}"))
-        .arg(action)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| fail(format!("cannot start it: {e}")))?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let input = input.to_vec();
-    // Written apart, so a helper that does not read cannot block this one.
-    let writer = std::thread::spawn(move || {
-        block_sigpipe();
-        let _ = stdin.write_all(&input);
-    });
-    let mut stdout = child.stdout.take().expect("piped");
-    let (sender, answer) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(read_capped(&mut stdout, MAX_HELPER_OUTPUT_BYTES));
-    });
-    let deadline = Instant::now() + HELPER_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(fail(format!(
-                    "no answer within {} s; killed",
-                    HELPER_TIMEOUT.as_secs()
-                )));
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        }
-    };
-    let _ = writer.join();
-    // A process it left behind may hold its stdout open: wait no longer
-    // than the deadline for the end of it.
-    let left = deadline.saturating_duration_since(Instant::now());
-    let stdout = (answer.recv_timeout(left))
-        .map_err(|_| fail("its output did not end in time".into()))?
-        .map_err(|e| fail(format!("its output {e}")))?;
-    Ok((status.success(), stdout))
+    // SAFETY: waitid filled `info`; its pid is 0 when the child has not exited.
+    Ok(unsafe { info.si_pid() } != 0)
+}
+
+/// Kills `child`'s process group (started with `process_group(0)`, so its
+/// id is the child's pid).
+fn kill_group(child: &Child) {
+    if let Ok(group) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals that process group; it
+        // reads no memory of ours.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
 }

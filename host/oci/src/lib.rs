@@ -33,11 +33,17 @@
 //! one, else anonymously. A credential goes only to the registry's own
 //! origin and its token realm, never into a message. [`auth`] finds one where
 //! the container tools keep them.
+//!
+//! What a registry says back is quoted only through [`secrets`]: the
+//! credential in use and every token received are held there, and blanked
+//! out of every excerpt before it is cut and out of every error this crate
+//! returns, whatever form the server repeats them in.
 
 #![deny(missing_docs)]
 
 pub mod artifact;
 pub mod auth;
+pub mod secrets;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -231,6 +237,72 @@ pub enum OciProblem {
     Store(#[from] StoreProblem),
 }
 
+impl OciProblem {
+    /// The same problem with every secret held ([`secrets`]) blanked out of
+    /// each text it carries: the last guard, whatever a server sent and
+    /// wherever it went.
+    pub fn redacted(self) -> Self {
+        let blank = |text: String| secrets::redact(&text).into_owned();
+        match self {
+            OciProblem::Unreachable {
+                scheme,
+                detail,
+                hint,
+            } => OciProblem::Unreachable {
+                scheme,
+                detail: blank(detail),
+                hint,
+            },
+            OciProblem::PlainHttp { url } => OciProblem::PlainHttp { url: blank(url) },
+            OciProblem::Status {
+                status,
+                what,
+                detail,
+            } => OciProblem::Status {
+                status,
+                what,
+                detail: blank(detail),
+            },
+            OciProblem::NeedsCredentials { registry } => OciProblem::NeedsCredentials {
+                registry: blank(registry),
+            },
+            OciProblem::Refused {
+                registry,
+                username,
+                origin,
+            } => OciProblem::Refused {
+                registry: blank(registry),
+                username: blank(username),
+                origin: blank(origin),
+            },
+            OciProblem::UnknownChallenge(text) => OciProblem::UnknownChallenge(blank(text)),
+            OciProblem::Token(text) => OciProblem::Token(blank(text)),
+            OciProblem::Manifest(ManifestProblem::NotWasm(text)) => {
+                OciProblem::Manifest(ManifestProblem::NotWasm(blank(text)))
+            }
+            OciProblem::DigestMismatch {
+                what,
+                expected,
+                actual,
+            } => OciProblem::DigestMismatch {
+                what,
+                expected: blank(expected),
+                actual,
+            },
+            OciProblem::Client(text) => OciProblem::Client(blank(text)),
+            // Numbers, names of this crate's own, or the store's problems
+            // (local paths): no server text.
+            problem @ (OciProblem::Deadline(_)
+            | OciProblem::Unknown(_)
+            | OciProblem::Manifest(_)
+            | OciProblem::TooLarge { .. }
+            | OciProblem::TooSmall { .. }
+            | OciProblem::PushNeedsTag
+            | OciProblem::Store(_)) => problem,
+        }
+    }
+}
+
 /// A component to push, with what its artifact says about it.
 #[derive(Debug, Clone)]
 pub struct Artifact<'a> {
@@ -356,10 +428,10 @@ pub async fn push_image(
 pub async fn check_login(registry: &str, options: &Options) -> Result<(), OciProblem> {
     let reference = OciReference::parse(&format!("oci://{registry}/dsh-env/login:check"))
         .map_err(|e| OciProblem::Client(e.to_string()))?;
-    let mut registry = Registry::new(&reference, options)?;
+    let mut registry = Registry::new(&reference, options).map_err(OciProblem::redacted)?;
     // No repository: the token asked for carries no scope.
     registry.repository.clear();
-    within(options.deadline, registry.authorize("pull")).await
+    (within(options.deadline, registry.authorize("pull")).await).map_err(OciProblem::redacted)
 }
 
 /// A Wasm artifact fetched and verified, held in memory: nothing is in a
@@ -443,11 +515,12 @@ pub async fn pull(
     fetch(reference, options).await?.commit(store)
 }
 
-/// Makes an [`OciError`] naming `reference` from a problem.
+/// Makes an [`OciError`] naming `reference` from a problem, with every
+/// secret held blanked out of it.
 fn failing(reference: &OciReference) -> impl Fn(OciProblem) -> OciError + Copy + '_ {
     |problem| OciError {
         reference: Box::new(reference.clone()),
-        problem,
+        problem: problem.redacted(),
     }
 }
 
@@ -474,9 +547,11 @@ fn refuse_plain_http(url: &Url, plain_host: Option<&str>) -> Option<PlainHttpRef
     (!allowed).then(|| PlainHttpRefused(shown_url(url)))
 }
 
-/// A URL from a registry, short and escaped, for a message.
+/// A URL from a registry, secrets blanked, short and escaped, for a message.
 fn shown_url(url: &Url) -> String {
-    let text: String = url.as_str().chars().take(EXCERPT_CHARS).collect();
+    let text: String = (secrets::redact(url.as_str()).chars())
+        .take(EXCERPT_CHARS)
+        .collect();
     escape_controls(&text).into_owned()
 }
 
@@ -510,6 +585,9 @@ enum Authorization {
 impl Registry {
     fn new(reference: &OciReference, options: &Options) -> Result<Self, OciProblem> {
         install_crypto_provider();
+        if let Some(credential) = &options.credential {
+            secrets::hold_credential(credential);
+        }
         let plain = options.plain_http || reference.is_loopback();
         let scheme = if plain { "http" } else { "https" };
         let origin = Url::parse(&format!("{scheme}://{}/", reference.registry()))
@@ -699,6 +777,8 @@ impl Registry {
             .ok_or_else(|| {
                 OciProblem::Token("the token endpoint's answer has no usable token".into())
             })?;
+        // Held before anything else is asked: a registry may repeat it.
+        secrets::hold(token);
         self.authorization = Some(Authorization::Bearer(token.to_string()));
         Ok(())
     }
@@ -899,10 +979,12 @@ fn registry_says(body: &[u8], cut: bool) -> String {
     format!(": {}", excerpt(body, cut))
 }
 
-/// At most [`EXCERPT_CHARS`] characters of a registry's text, escaped, in
+/// At most [`EXCERPT_CHARS`] characters of a registry's text, every secret
+/// held blanked (before the cut, so none is left half), escaped, in
 /// backquotes, with `…` when there was more (or `cut`, when reading stopped).
 fn excerpt(text: &[u8], cut: bool) -> String {
     let text = String::from_utf8_lossy(text);
+    let text = secrets::redact(&text);
     let mut chars = text.trim().chars();
     let shown: String = chars.by_ref().take(EXCERPT_CHARS).collect();
     let more = if cut || chars.next().is_some() {

@@ -11,17 +11,60 @@ fn unpacked_name(archive: &Path) -> String {
     file.strip_suffix(".tar.gz").unwrap().to_string()
 }
 
-#[test]
-fn the_release_archive_runs_unpacked_in_an_empty_directory() {
-    let work = tempfile::tempdir().unwrap();
+/// `scripts/release-archive BINARY OUT` under `umask`, with no
+/// `$SOURCE_DATE_EPOCH`: the archive's path.
+fn pack(umask: &str, out: &Path) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/release-archive");
-    let packed = Command::new(script)
+    let packed = Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(script)
         .arg(BINARY)
-        .arg(work.path().join("out"))
+        .arg(out)
+        .env_remove("SOURCE_DATE_EPOCH")
         .output()
         .unwrap();
     assert!(packed.status.success(), "{}", stderr(&packed));
-    let archive = PathBuf::from(stdout(&packed).trim());
+    PathBuf::from(stdout(&packed).trim())
+}
+
+#[test]
+fn the_release_archive_is_the_same_bytes_whatever_the_umask_with_no_writable_entries() {
+    let work = tempfile::tempdir().unwrap();
+    let open = std::fs::read(pack("000", &work.path().join("open"))).unwrap();
+    let usual = pack("022", &work.path().join("usual"));
+    assert!(
+        open == std::fs::read(&usual).unwrap(),
+        "umask 000 and 022 pack different bytes"
+    );
+    // `tar -tv`: mode, owner/group, size, date, time, name.
+    let listed = Command::new("tar")
+        .args(["--numeric-owner", "-tvzf"])
+        .arg(&usual)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let listing = stdout(&listed);
+    assert!(listing.lines().count() > 10, "{listing}");
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (mode, owner, date) = (fields[0], fields[1], fields[3]);
+        let expected = match mode.as_bytes()[0] {
+            b'd' => "drwxr-xr-x",
+            _ if line.ends_with("/bin/dsh-env") => "-rwxr-xr-x",
+            _ => "-rw-r--r--",
+        };
+        assert_eq!(mode, expected, "{line}");
+        assert_eq!(owner, "0/0", "{line}");
+        assert_eq!(date, "1970-01-01", "{line}");
+    }
+}
+
+#[test]
+fn the_release_archive_runs_unpacked_in_an_empty_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = pack("022", &work.path().join("out"));
     let name = unpacked_name(&archive);
     let version = concat!("dsh-env-", env!("CARGO_PKG_VERSION"), "-");
     assert!(name.starts_with(version), "{name}");

@@ -234,3 +234,184 @@ fn login_answers_a_token_registrys_bearer_challenge_as_ghcr_and_harbor_ask() {
     );
     shown.assert_never(PASSWORD);
 }
+
+/// `m.toml` pinning one `oci://<host>/<repository>@sha256:…` per
+/// repository, to digests no registry has: `pull` asks for each.
+fn pinning(f: &Fixture, host: &str, repositories: &[&str]) -> PathBuf {
+    let digest = "a".repeat(64);
+    let entries: String = (repositories.iter())
+        .map(|repository| {
+            format!(
+                "[[contributor]]\nsource = \"oci://{host}/{repository}@sha256:{digest}\"\nsha256 = \"{digest}\"\n\n"
+            )
+        })
+        .collect();
+    f.write("m.toml", &entries)
+}
+
+#[test]
+fn a_registry_that_repeats_the_password_or_its_token_never_gets_either_shown_by_pull_or_login() {
+    use base64::Engine as _;
+    use dsh_env_test_registry::{HostileServer, Reply};
+    const PASSWORD: &str = "Echo p@ss/w0rd+Secret";
+    const TOKEN: &str = "issued-token-7f3a9c51";
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("fleet:{PASSWORD}"));
+    let url_encoded = "Echo%20p%40ss%2Fw0rd%2BSecret";
+    let echoes = format!("password {PASSWORD}, basic {basic}, url {url_encoded}");
+    let denied = |message: &str| {
+        serde_json::json!({"errors": [{"code": "DENIED", "message": message}]}).to_string()
+    };
+    // The token endpoint answers each repository's scope in its own way,
+    // and `login` (no scope) with a 403 that repeats everything.
+    let (echoed, denial) = (echoes.clone(), denied(&echoes));
+    let straddling = format!("{}{PASSWORD} {basic}", "x".repeat(150));
+    let tokens = HostileServer::start(move |request| {
+        let scope = |repository: &str| request.target.contains(&format!("echo%2F{repository}%3A"));
+        if scope("json") {
+            Reply::text(403, &denial)
+        } else if scope("text") {
+            // The password straddles the 160 characters an error quotes.
+            Reply::text(500, &straddling)
+        } else if scope("not-json") {
+            Reply::text(200, &format!("<html>{echoed}</html>"))
+        } else if scope("token") {
+            Reply::text(200, &serde_json::json!({ "token": TOKEN }).to_string())
+        } else {
+            Reply::text(403, &denial)
+        }
+    });
+    // The registry sends clients to that realm, and answers a request with
+    // a token by repeating its Authorization header.
+    let realm = format!(
+        "Bearer realm=\"http://{}/token\",service=\"echo\"",
+        tokens.host()
+    );
+    let registry = HostileServer::start(move |request| match request.header("authorization") {
+        None => Reply::status(401).header("WWW-Authenticate", &realm),
+        Some(authorization) => Reply::text(403, &denied(&format!("{authorization} is not enough"))),
+    });
+    let host = registry.host();
+
+    let f = Fixture::new();
+    let docker = f.path("docker");
+    std::fs::create_dir(&docker).unwrap();
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths": {{"{host}": {{"auth": "{basic}"}}}}}}"#),
+    )
+    .unwrap();
+    let env = [("DOCKER_CONFIG", docker.to_str().unwrap())];
+    let manifest = pinning(
+        &f,
+        &host,
+        &["echo/json", "echo/text", "echo/not-json", "echo/token"],
+    );
+    let m = manifest.to_str().unwrap();
+    let mut shown = Shown::default();
+    for verbose in [None, Some("-vv")] {
+        let mut args: Vec<&str> = verbose.into_iter().collect();
+        args.extend(["pull", "--manifest", m, "--home", "worker"]);
+        let output = shown.keep(f.run(&args, &env));
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        for said in [
+            "the registry answered 403 for the token (`DENIED: password <redacted>, basic <redacted>, url <redacted>`)",
+            &format!(
+                "the registry answered 500 for the token: `{}<redacted>…`",
+                "x".repeat(150)
+            ),
+            "the token endpoint answered `<html>password <redacted>, basic <redacted>, url <redacted></html>`, not JSON",
+            "the registry answered 403 for the manifest (`DENIED: Bearer <redacted> is not enough`)",
+        ] {
+            assert!(err.contains(said), "`{said}` not in: {err}");
+        }
+
+        let mut args: Vec<&str> = verbose.into_iter().collect();
+        args.extend(login_as_fleet(&host));
+        let output = shown.keep(run_with_stdin(&f, &args, &env, &format!("{PASSWORD}\n")));
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output)
+                .contains("(`DENIED: password <redacted>, basic <redacted>, url <redacted>`)"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    for secret in [PASSWORD, &PASSWORD[..8], &basic, url_encoded, TOKEN] {
+        shown.assert_never(secret);
+    }
+}
+
+/// Whether process `pid` is running (a zombie, or no such process, is not).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name's closing parenthesis.
+        (stat.rsplit_once(") ")).is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+    })
+}
+
+#[test]
+fn a_credential_helper_that_hangs_is_killed_at_the_network_deadline_with_what_it_started() {
+    let f = Fixture::new();
+    let bin = f.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let started = f.path("started.pid");
+    // It starts a child (as a helper's gpg or pinentry), then hangs.
+    let helper = bin.join("docker-credential-hangs");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nsleep 1000 &\necho $! > '{}'\nexec sleep 1000\n",
+            started.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = "127.0.0.1:9";
+    let auth_file = f.write(
+        "auth.json",
+        &format!(r#"{{"credHelpers": {{"{host}": "hangs"}}}}"#),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let manifest = pinning(&f, host, &["dsh/hangs"]);
+    let env = [
+        ("REGISTRY_AUTH_FILE", auth_file.to_str().unwrap()),
+        ("PATH", path.as_str()),
+        // The helper's deadline is the network deadline when that is shorter.
+        ("DSH_ENV_NETWORK_TIMEOUT_SECS", "1"),
+    ];
+    let pull = [
+        "pull",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--home",
+        "h",
+    ];
+    let output = f.run(&pull, &env);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("credential helper docker-credential-hangs: no answer within 1 s; killed"),
+        "{err}"
+    );
+    let pid = std::fs::read_to_string(&started).unwrap();
+    let pid = pid.trim();
+    // SIGKILL lands at once, but the kernel ends a process in its own time.
+    let gone = (0..500).any(|_| {
+        let gone = !running(pid);
+        if !gone {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        gone
+    });
+    if !gone {
+        // Not left behind by this test either.
+        let _ = Command::new("kill").args(["-9", pid]).status();
+    }
+    assert!(gone, "the helper's child {pid} outlived it");
+}

@@ -56,7 +56,7 @@ fn verbose_prints_the_collect_and_each_contributor_span_as_it_closes() {
 #[cfg(feature = "otlp")]
 mod otlp {
     use std::collections::BTreeMap;
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, ErrorKind, Read};
     use std::net::TcpListener;
     use std::sync::mpsc;
 
@@ -74,10 +74,23 @@ mod otlp {
         body: Vec<u8>,
     }
 
-    /// A minimal OTLP/HTTP receiver on 127.0.0.1: answers every request
-    /// 200 with an empty (valid) protobuf response, and sends what it got
-    /// down the channel. Its thread ends with the test process.
+    /// An empty (valid) protobuf answer.
+    const OK: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+    /// What a collector that is down for maintenance answers: an error the
+    /// OTLP spec lets an exporter retry.
+    const UNAVAILABLE: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
+
+    /// A minimal OTLP/HTTP receiver on 127.0.0.1 that answers every request
+    /// 200 with an empty protobuf response.
     fn receiver() -> (String, mpsc::Receiver<Received>) {
+        receiver_answering(OK)
+    }
+
+    /// An OTLP/HTTP receiver on 127.0.0.1: answers every request with
+    /// `answer` (a whole HTTP/1.1 response), and sends what it got down the
+    /// channel. Its thread ends with the test process.
+    fn receiver_answering(answer: &'static str) -> (String, mpsc::Receiver<Received>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let (sender, received) = mpsc::channel();
@@ -92,8 +105,6 @@ mod otlp {
                         // Recorded before it is answered: the exporter waits
                         // for the answer before the process exits.
                         let _ = sender.send(request);
-                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\n\
-                                      content-length: 0\r\n\r\n";
                         if std::io::Write::write_all(&mut &stream, answer.as_bytes()).is_err() {
                             return;
                         }
@@ -145,11 +156,116 @@ mod otlp {
         (attributes.iter().find(|kv| kv.key == key)).and_then(|kv| text(&kv.value))
     }
 
+    /// How long [`stalling`] holds a request before it answers: under the
+    /// 5 s an export used to hold a command, over the 200 ms it may now.
+    const STALL: Duration = Duration::from_secs(3);
+
+    /// A collector on 127.0.0.1 that reads each request and answers it
+    /// only after [`STALL`], unless the exporter hangs up first; it sends
+    /// down the channel, per request, whether the exporter hung up first.
+    fn stalling() -> (String, mpsc::Receiver<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let (sender, abandoned) = mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let sender = sender.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    if read_request(&mut reader).is_none() {
+                        return;
+                    }
+                    stream.set_read_timeout(Some(STALL)).unwrap();
+                    let hung_up = match reader.read(&mut [0; 1]) {
+                        Ok(0) => true,
+                        Ok(_) => false,
+                        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+                    };
+                    if !hung_up {
+                        let _ = std::io::Write::write_all(&mut &stream, OK.as_bytes());
+                    }
+                    let _ = sender.send(hung_up);
+                });
+            }
+        });
+        (endpoint, abandoned)
+    }
+
+    /// A home whose components are compiled, so that a resolve is quick and
+    /// its spans leave in one export, at exit.
+    fn warm() -> Fixture {
+        let f = Fixture::new();
+        succeeded("resolve", &resolve(&f, &[], &[]));
+        f
+    }
+
+    #[test]
+    fn a_collector_that_never_answers_is_left_at_the_export_bound_or_the_one_set() {
+        let f = warm();
+        let (endpoint, abandoned) = stalling();
+        let at = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())];
+        succeeded("resolve", &resolve(&f, &[], &at));
+        // The command ended (and with it the export) before the collector
+        // answered: 200 ms by default, well under the stall. (On a machine
+        // so busy that no export left within them, it was not held either.)
+        let first = abandoned.recv_timeout(STALL * 2).unwrap_or(true);
+        assert!(first, "the export waited for a collector that stalls");
+        // $OTEL_EXPORTER_OTLP_TIMEOUT (ms) sets the bound: over the stall,
+        // the exporter waits for the answer.
+        let patient = [at[0], ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")];
+        succeeded("resolve", &resolve(&f, &[], &patient));
+        let waited = abandoned
+            .recv_timeout(STALL * 2)
+            .expect("an export arrived");
+        assert!(
+            !waited,
+            "the export left before $OTEL_EXPORTER_OTLP_TIMEOUT"
+        );
+    }
+
+    #[test]
+    fn a_collector_that_is_down_or_failing_is_tried_once_and_says_nothing() {
+        let f = warm();
+        // A generous bound, so that what is checked is the retries (what a
+        // collector that is down used to cost), not a busy machine's pace.
+        let resolve_at = |endpoint: &str| {
+            let env = [
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000"),
+            ];
+            resolve(&f, &[], &env)
+        };
+        // Refused: nothing listens on a port just freed.
+        let free = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let output = resolve_at(&format!("http://{free}"));
+        succeeded("resolve", &output);
+        assert_eq!(stderr(&output), "");
+        // Failing with an answer the spec lets an exporter retry: each
+        // export is sent once, never again.
+        let (endpoint, received) = receiver_answering(UNAVAILABLE);
+        let output = resolve_at(&endpoint);
+        succeeded("resolve", &output);
+        let bodies: Vec<Vec<u8>> = received.try_iter().map(|request| request.body).collect();
+        assert!(!bodies.is_empty(), "no export arrived");
+        for (n, body) in bodies.iter().enumerate() {
+            assert!(!bodies[..n].contains(body), "an export was sent again");
+        }
+    }
+
     #[test]
     fn resolve_exports_its_spans_to_the_otlp_endpoint() {
         let f = Fixture::new();
         let (endpoint, received) = receiver();
-        let output = resolve(&f, &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+        // A generous bound: a busy machine must not drop the spans.
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "10000"),
+        ];
+        let output = resolve(&f, &[], &env);
         succeeded("resolve", &output);
 
         // The exporter flushes before the process exits: everything is in.
