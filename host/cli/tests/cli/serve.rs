@@ -279,18 +279,20 @@ fn serve_refuses_unknown_members_naming_them_and_the_known_ones() {
         "invalid request: unknown field `parmas`, expected one of `jsonrpc`, `method`, \
          `params`, `id`"
     );
+    // Where, then what: the path of the member at fault, and why.
     assert_eq!(
         error(1, -32602),
-        "invalid params: unknown field `verbose\\u{1b}[2J`, there are no fields"
+        "invalid params: verbose\\u{1b}[2J: unknown field `verbose\\u{1b}[2J`, there are no fields"
     );
     assert_eq!(
         error(2, -32602),
-        "invalid params: unknown field `executoin`, expected `execution`"
+        "invalid params: executoin: unknown field `executoin`, expected `execution`"
     );
     let limits = error(3, -32602);
     assert!(
         limits.starts_with(
-            "invalid params: limits: unknown field `deadline`, expected one of `deadline_ms`, "
+            "invalid params: limits.deadline: unknown field `deadline`, \
+             expected one of `deadline_ms`, "
         ),
         "{limits}"
     );
