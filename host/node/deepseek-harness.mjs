@@ -14,7 +14,7 @@ import { createRequire } from 'node:module';
 import z from '@deepseek-ai/schemastery';
 
 const require = createRequire(import.meta.url);
-const { Registry, executionJson } = require('./index.js');
+const { Registry, executionJson, refuseUnknown } = require('./index.js');
 
 /** Each execution's JSON, made once for all the contributors that resolve it. */
 const executionJsons = new WeakMap();
@@ -71,11 +71,30 @@ export const Config = z.object({
 });
 
 /**
+ * Refuses, anywhere in `value`, a key that `schema` (an object of this
+ * plugin's, or an array of them) does not declare, naming it, where it is
+ * and the known ones. Schemastery keeps an unknown key, and nothing reads
+ * it: a misspelt `contributor:` would load no contributor, in silence. A
+ * dict (`config`) is the user's names, open.
+ */
+function refuseUnknownKeys(schema, value, path = '') {
+  if (schema.type === 'object') {
+    refuseUnknown(path ? `dsh-env config: ${path}` : 'dsh-env config', value, Object.keys(schema.dict));
+    for (const [key, inner] of Object.entries(schema.dict)) {
+      if (value?.[key] !== undefined) refuseUnknownKeys(inner, value[key], path ? `${path}.${key}` : key);
+    }
+  } else if (schema.type === 'array' && Array.isArray(value)) {
+    value.forEach((item, index) => refuseUnknownKeys(schema.inner, item, `${path}[${index}]`));
+  }
+}
+
+/**
  * Registers every configured contributor, all or nothing, into
  * `ctx.shellEnv` with its declared keys and descriptions. Unloading the
  * plugin disposes every registration, in dsh-env and in `ctx.shellEnv`.
  */
 export async function apply(ctx, config = {}) {
+  refuseUnknownKeys(Config, config);
   const registry = Registry.open({ home: config.home, compiler: config.compiler, manifest: config.manifest });
   const registrations = [];
   ctx.effect(() => () => {

@@ -49,7 +49,7 @@ export interface OpenOptions {
   environment?: EnvironmentPolicy;
   /**
    * Whose signatures are trusted: a manifest's `[trust]`, in camelCase. Every
-   * registration passes it; an unknown field is refused.
+   * registration passes it.
    */
   trust?: TrustPolicy;
   /**
@@ -66,15 +66,26 @@ export interface OpenOptions {
   hooks?: string | HooksDocument;
 }
 
-/** A hooks.json document, as Claude Code writes one. */
+/** A hooks.json document, as Claude Code writes one; any other key is refused, naming it. */
 export interface HooksDocument {
+  /** A plugin's hooks.json may describe itself; not read. */
+  description?: string;
   hooks: Partial<
     Record<
       'SessionStart' | 'PreToolUse' | 'PostToolUse',
       Array<{
         /** A tool name, `A|B`, a regular expression, or absent/`*` for all. */
         matcher?: string;
-        hooks: Array<{ type: 'command'; command: string; /** Seconds, 1 to 86400 (default 60). */ timeout?: number }>;
+        hooks: Array<{
+          type: 'command';
+          command: string;
+          /** Seconds, 1 to 86400 (default 60). */
+          timeout?: number;
+          /** Shown by Claude Code and Codex while the hook runs; not read here. */
+          statusMessage?: string;
+          /** Codex's command for Windows; not read here. */
+          commandWindows?: string;
+        }>;
       }>
     >
   >;
@@ -140,6 +151,8 @@ export interface RegisterOptions {
   sha256?: string;
   /** Its minisign signature file (default: its path plus `.minisig`). */
   signature?: string;
+  /** The digest of the grants and config reviewed, as `dsh-env add` pins it; others are refused. */
+  grantsSha256?: string;
 }
 
 export interface KeyListing {

@@ -77,16 +77,43 @@ const classes = {
   DSH_HOOK_BLOCKED: HookBlockedError,
 };
 
-/** Refuses an option `known` does not list, naming it (a typo would be dropped in silence). */
+/** Characters that could reorder, hide or break a line a person reads: escaped wherever a caller's text is shown. */
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+const ESCAPES = { '\0': '\\0', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
+
+/** `text` with each such character escaped as the core escapes it (`\n`, `\u{1b}`, `\u{202e}`). */
+function escapeControls(text) {
+  return text.replace(HIDDEN, (c) => ESCAPES[c] ?? `\\u{${c.codePointAt(0).toString(16)}}`);
+}
+
+/**
+ * Refuses a key of the options object `options` that `known` does not list,
+ * naming it (escaped) and the known ones: a typo would be dropped in silence.
+ * Absent options pass; options that are not an object are refused.
+ */
 function refuseUnknown(what, options, known) {
-  for (const key of Object.keys(options ?? {})) {
+  if (options === undefined || options === null) return;
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw new DshEnvError({ message: `${what}: expected an object`, code: 'DSH_INVALID_ARGUMENT' });
+  }
+  for (const key of Object.keys(options)) {
     if (!known.includes(key)) {
-      throw new DshEnvError({ message: `${what}: unknown option \`${key}\` (known: ${known.join(', ')})`, code: 'DSH_INVALID_ARGUMENT' });
+      const message = `${what}: unknown option \`${escapeControls(key)}\` (known: ${known.join(', ')})`;
+      throw new DshEnvError({ message, code: 'DSH_INVALID_ARGUMENT' });
     }
   }
 }
 
+// Each options object, as index.d.ts types it: camelCase, as a caller writes it.
 const OPEN_OPTIONS = ['home', 'compiler', 'environment', 'trust', 'manifest', 'hooks'];
+const ENVIRONMENT_OPTIONS = ['inherit', 'exclude', 'set', 'includeOnly'];
+const TRUST_OPTIONS = ['keys', 'requireSignature'];
+const REGISTER_OPTIONS = ['config', 'limits', 'grants', 'onError', 'sha256', 'signature', 'grantsSha256'];
+const LIMIT_OPTIONS = [
+  'deadlineMs', 'memoryMib', 'fuel', 'maxKeys', 'maxPairs', 'maxValueBytes', 'maxOutputBytes',
+  'maxErrorBytes', 'maxLogBytes', 'maxHandles', 'compileTimeoutMs', 'compileCpuMs', 'compileMemoryMib',
+];
+const GRANT_OPTIONS = ['config', 'env', 'cwd'];
 const EXEC_OPTIONS = ['env', 'stdin', 'timeoutMs', 'permissionMode'];
 
 /** Rethrows a binding error as the DshEnvError it carries. */
@@ -196,6 +223,8 @@ class Registry {
   /** Opens a registry; `home` defaults to a `manifest`'s, then $DSH_HOME, then ~/.dsh. */
   static open(options = {}) {
     refuseUnknown('open options', options, OPEN_OPTIONS);
+    refuseUnknown('environment', options.environment, ENVIRONMENT_OPTIONS);
+    refuseUnknown('trust', options.trust, TRUST_OPTIONS);
     const environment = snakeCase(options.environment);
     const trust = snakeCase(options.trust);
     return new Registry(
@@ -207,6 +236,11 @@ class Registry {
 
   /** Loads, declares (checked) and registers the component at `path`. */
   async register(path, options = {}) {
+    // Named here as the caller wrote them, in camelCase (the addon, which
+    // reads them in a manifest's snake_case, refuses an unknown one too).
+    refuseUnknown('register options', options, REGISTER_OPTIONS);
+    refuseUnknown('register options: limits', options.limits, LIMIT_OPTIONS);
+    refuseUnknown('register options: grants', options.grants, GRANT_OPTIONS);
     // NaN and Infinity would cross as null, which reads as "not given": refuse
     // them here; the addon checks the rest (whole, in range).
     for (const [key, value] of Object.entries(options.limits ?? {})) {
@@ -218,8 +252,6 @@ class Registry {
         });
       }
     }
-    // Every option reaches the addon, which refuses an unknown one by name
-    // (a `trust` here among them: trust is the registry's, set by `open`).
     const entry = snakeCase({ ...options, limits: snakeCase(options.limits) });
     for (const key of Object.keys(entry)) if (entry[key] === undefined) delete entry[key];
     return new Registration(await guard(() => this.#native.register(path, entry)), this);
@@ -336,4 +368,6 @@ module.exports = {
   ExecError,
   HookBlockedError,
   executionJson,
+  // For the DeepSeek Harness plugin's configuration: the same refusal, worded the same.
+  refuseUnknown,
 };

@@ -16,10 +16,13 @@
 //! flight are finished and answered, then serving ends.
 //!
 //! A line is checked as JSON without building anything, then each request's
-//! `params` are deserialized straight into its method's typed parameters
-//! (members a method does not read, such as an execution's `arguments`, are
-//! skipped, never kept): a request holds its line until then, and its typed
-//! parameters after, never a JSON tree many times the line's size.
+//! `params` are deserialized straight into its method's typed parameters: a
+//! request holds its line until then, and its typed parameters after, never
+//! a JSON tree many times the line's size. The request object and every
+//! params object are closed (an unknown member is refused, naming it and the
+//! known ones), but for what is not dsh-env's to close: an execution is the
+//! harness's own (members it does not read, such as `arguments`, are skipped,
+//! never kept), and `config` and `env` are maps of the caller's names.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -27,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::setup::Registered;
-use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{escape_controls, unknown_key};
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
@@ -98,12 +101,15 @@ impl RpcError {
     /// Invalid params, from deserializing them, naming the member at fault;
     /// the position in the params' text is left out, as it is no place in
     /// the line.
+    /// It is escaped: serde's message quotes the request's text (an unknown
+    /// member's name), and a client may show it on a terminal.
     fn typing(err: &serde_path_to_error::Error<serde_json::Error>) -> Self {
         let (inner, path) = (err.inner(), err.path().to_string());
         let text = inner.to_string();
         let position = format!(" at line {} column {}", inner.line(), inner.column());
-        let text = text.strip_suffix(&position).unwrap_or(&text);
-        match path.as_str() {
+        let text = escape_controls(text.strip_suffix(&position).unwrap_or(&text));
+        let path = escape_controls(&path);
+        match path.as_ref() {
             "." => Self::params(text),
             path => Self::params(format!("{path}: {text}")),
         }
@@ -251,6 +257,17 @@ struct Envelope<'a> {
     params: Option<&'a RawValue>,
 }
 
+/// The members of a request object: any other is refused, naming it, as a
+/// misspelt `params` would otherwise be a call with none.
+const ENVELOPE_MEMBERS: &[&str] = &["jsonrpc", "method", "params", "id"];
+
+/// The first member of the request object `text` that is not one of
+/// [`ENVELOPE_MEMBERS`] (read without building its value).
+fn unknown_member(text: &str) -> Option<String> {
+    let members: BTreeMap<String, IgnoredAny> = serde_json::from_str(text).ok()?;
+    (members.into_keys()).find(|member| !ENVELOPE_MEMBERS.contains(&member.as_str()))
+}
+
 /// A member that is present, `null` included.
 fn present<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
@@ -297,6 +314,11 @@ impl Request {
         let Some(method) = string(envelope.method) else {
             return Err(RpcError::invalid("`method` must be a string"));
         };
+        // Refused with its id, which was read: the client is waiting on it.
+        if let Some(member) = unknown_member(text) {
+            let call = Err(RpcError::invalid(unknown_key(&member, ENVELOPE_MEMBERS)));
+            return Ok(Request { id, call });
+        }
         let call = match envelope.params.map(RawValue::get) {
             None => Call::read(&method, "{}"),
             Some(params) if params.starts_with('{') => Call::read(&method, params),

@@ -231,6 +231,15 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Why a configuration key is refused, in serde's words for a struct that
+/// denies unknown fields (as a manifest entry does), the key escaped:
+/// ``unknown field `colour`, expected one of `path`, `source` ``. For a
+/// boundary checked by hand, so that every one words it the same way.
+pub fn unknown_key(key: &str, known: &'static [&'static str]) -> String {
+    let key = escape_controls(key);
+    <serde::de::value::Error as serde::de::Error>::unknown_field(&key, known).to_string()
+}
+
 /// Pushes `c` onto `out`, escaped if [`hidden_from_review`] names it.
 pub(crate) fn push_escaped(out: &mut String, c: char) {
     if !hidden_from_review(c) {

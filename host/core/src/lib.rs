@@ -111,7 +111,7 @@ pub mod __internal {
     pub use crate::input::{
         MAX_COMPONENT_BYTES, MAX_EXECUTION_BYTES, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES,
         MAX_SESSION_BYTES, block_sigpipe, escape_controls, hidden_from_review, is_executable,
-        read_capped, read_regular_file, read_regular_text, utf8,
+        read_capped, read_regular_file, read_regular_text, unknown_key, utf8,
     };
     pub use crate::limits::{MAX_LIVE_INSTANCES, MAX_MEMORIES};
     pub use crate::sandbox::{MAX_OPENING_THREADS, MAX_PREPARED, not_a_component_reason};

@@ -1,5 +1,7 @@
 //! The manifest: which contributors to register, with their config, limits,
-//! grants and failure policy. TOML; unknown fields are errors.
+//! grants and failure policy. TOML; an unknown key is an error in every
+//! table, named with the known ones, but in the maps whose keys are the
+//! user's own (`config`, `grants.config`, `environment.set`).
 //!
 //! ```toml
 //! home = "~/.dsh"                 # optional; relative to this file
@@ -35,7 +37,9 @@ use serde::Deserialize;
 
 use crate::environment::{EnvironmentPolicy, Inherit, PolicyError};
 use crate::home::HomeSetting;
-use crate::input::{FileError, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES, read_regular_text};
+use crate::input::{
+    FileError, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES, escape_controls, read_regular_text,
+};
 use crate::signature::{SignatureError, Trust};
 use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
 
@@ -351,9 +355,10 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// The TOML error with its line and column, on one line, and a hint when
-/// an entry was written as a table instead of an array of tables.
+/// an entry was written as a table instead of an array of tables. The
+/// message is escaped: it quotes the file's text (an unknown key's name).
 fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message().trim();
+    let message = escape_controls(error.message().trim());
     let mut described = match error.span() {
         Some(span) => {
             let (line, column) = line_column(text, span.start);
@@ -435,6 +440,35 @@ path = "/abs/b.wasm"
             err.contains("line 1") && err.contains("unknown field `homes`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_unknown_key_in_any_table_is_named_escaped_with_the_known_ones() {
+        let top = parse("\"homes\\u001b[2J\" = \"x\"\n").unwrap_err().to_string();
+        assert!(
+            top.contains("unknown field `homes\\u{1b}[2J`, expected one of `home`, `hooks`, "),
+            "{top}"
+        );
+        let entry = "[[contributor]]\npath = \"a.wasm\"\n";
+        let (limits, grants) = (
+            format!("{entry}[contributor.limits]"),
+            format!("{entry}[contributor.grants]"),
+        );
+        for (table, known) in [
+            ("[trust]", "expected `keys` or `require_signature`"),
+            ("[environment]", "expected one of `inherit`, `exclude`, `set`, `include_only`"),
+            (entry, "expected one of `path`, `source`, `config`, `on_error`, "),
+            (limits.as_str(), "expected one of `deadline_ms`, `memory_mib`, "),
+            (grants.as_str(), "expected one of `config`, `env`, `cwd`"),
+        ] {
+            let err = parse(&format!("{table}\n\"typo\\u202e\" = 1\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("unknown field `typo\\u{{202e}}`, {known}")),
+                "{table}: {err}"
+            );
+        }
     }
 
     #[test]

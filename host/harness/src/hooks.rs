@@ -32,7 +32,7 @@
 //! the `if` field (Claude Code's permission-rule filter), are refused when
 //! the file is read, naming them; so is an event this runtime never fires
 //! ([`EVENTS`]), as a misspelled `PreToolUse` would turn a guard off in
-//! silence. A file is bounded as a whole: its size (1 MiB), each regular
+//! silence, and any key nobody reads (see `HOOK_FIELDS`). A file is bounded as a whole: its size (1 MiB), each regular
 //! expression's compiled size ([`MATCHER_SIZE_LIMIT`]) and their number
 //! ([`MAX_PATTERN_MATCHERS`]), each hook's `timeout` ([`MAX_TIMEOUT`](crate::executor::MAX_TIMEOUT)).
 
@@ -43,13 +43,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use crate::executor::{
     LocalExecutor, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
 };
 use crate::session::Session;
-use dsh_env::__internal::escape_controls;
+use dsh_env::__internal::{escape_controls, unknown_key};
 use dsh_env::{Agent, Mode, Registry, ToolExecution};
 
 /// Whose payload shape to send.
@@ -282,18 +283,40 @@ pub struct HookNotes {
 pub struct HookBlocked(pub HookVerdict);
 
 /// Required: events written at the top level, without `hooks` around
-/// them, would otherwise be no hooks at all, in silence.
+/// them, would otherwise be no hooks at all, in silence. Every object of
+/// the file is closed: a key nobody reads (a misspelt `matcher` would run
+/// the hook for every tool) is refused, naming it and the known ones.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct HooksFile {
     hooks: BTreeMap<String, Vec<MatcherGroup>>,
+    /// A Claude Code plugin's hooks.json may describe itself; not read.
+    #[serde(default, rename = "description")]
+    _description: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct MatcherGroup {
     #[serde(default)]
     matcher: Option<String>,
     hooks: Vec<HookCommand>,
 }
+
+/// The keys a command hook may have ([`HookCommand`]'s): those read, `if`
+/// (refused by name), and two that both tools document and that change
+/// nothing here: `statusMessage` (shown while the hook runs, by a UI this
+/// runtime has not) and Codex's `commandWindows` (this runtime runs on
+/// Unix). Any other, such as Claude Code's `async`, `args` or `shell`, would
+/// change how the hook runs if it were read: refused.
+const HOOK_FIELDS: &[&str] = &[
+    "type",
+    "command",
+    "timeout",
+    "if",
+    "statusMessage",
+    "commandWindows",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 struct HookCommand {
@@ -308,6 +331,10 @@ struct HookCommand {
     /// running the hook for every call would be wrong.
     #[serde(rename = "if")]
     condition: Option<Value>,
+    /// The other keys, checked against [`HOOK_FIELDS`] once the type is
+    /// known to be `command` (another type is refused as such first).
+    #[serde(flatten)]
+    other: BTreeMap<String, IgnoredAny>,
 }
 
 /// A matcher, compiled once.
@@ -536,7 +563,9 @@ impl Hooks {
                 text.len()
             )));
         }
-        let file: HooksFile = serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
+        // serde's message quotes the document's text (an unknown key).
+        let file: HooksFile = serde_json::from_str(text)
+            .map_err(|e| error(escape_controls(&e.to_string()).into_owned()))?;
         let mut groups = BTreeMap::new();
         let mut patterns = 0;
         for (event, event_groups) in file.hooks {
@@ -558,6 +587,14 @@ impl Hooks {
                     }
                     if hook.command.trim().is_empty() {
                         return Err(error(format!("{event}: a command hook has no `command`")));
+                    }
+                    let unknown = (hook.other.keys()).find(|key| !HOOK_FIELDS.contains(&key.as_str()));
+                    if let Some(key) = unknown {
+                        return Err(error(format!(
+                            "{event}: hook `{}`: {}",
+                            escape_controls(&hook.command),
+                            unknown_key(key, HOOK_FIELDS)
+                        )));
                     }
                     if hook.condition.is_some() {
                         return Err(error(format!(

@@ -199,16 +199,18 @@ impl Registry {
                 .map_err(|e| failure(&e, "DSH_MANIFEST", Culprit::default()))?,
             (None, None) => dsh_env::Trust::default(),
             (Some(value), None) => {
-                let entry: TrustEntry =
-                    (serde_json::from_value(value)).map_err(|e| invalid(format!("trust: {e}")))?;
+                let entry: TrustEntry = (serde_json::from_value(value)).map_err(|e| {
+                    invalid(format!("trust: {}", escape_controls(&e.to_string())))
+                })?;
                 (entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?
             }
         };
         let environment = match environment {
             None => EnvironmentPolicy::default(),
             Some(value) => {
-                let entry: EnvironmentEntry = (serde_json::from_value(value))
-                    .map_err(|e| invalid(format!("environment: {e}")))?;
+                let entry: EnvironmentEntry = (serde_json::from_value(value)).map_err(|e| {
+                    invalid(format!("environment: {}", escape_controls(&e.to_string())))
+                })?;
                 (entry.policy()).map_err(|e| invalid(format!("environment: {e}")))?
             }
         };
@@ -261,13 +263,15 @@ impl Registry {
             return Err(invalid("register options must be an object"));
         };
         fields.insert("path".into(), Value::String(path));
-        // The error names the option at fault by its path (`limits.deadline_ms`).
+        // The error names the option at fault by its path (`limits.deadline_ms`),
+        // escaped, as serde quotes the caller's text (an unknown key).
         let entry: ContributorEntry = serde_path_to_error::deserialize(entry).map_err(|e| {
+            let why = escape_controls(&e.inner().to_string()).into_owned();
             match e.path().to_string().as_str() {
-                "." => invalid(format!("register options: {}", e.inner())),
+                "." => invalid(format!("register options: {why}")),
                 // A limit of the wrong type or sign is named as `e.limit` too.
                 path => invalid_option(
-                    format!("register options: {path}: {}", e.inner()),
+                    format!("register options: {}: {why}", escape_controls(path)),
                     path.strip_prefix("limits."),
                 ),
             }

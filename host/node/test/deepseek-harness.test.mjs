@@ -182,6 +182,39 @@ test('the reference\'s rules hold through the plugin: undeclared keys and failur
   );
 });
 
+test('a key the plugin does not know fails the load, naming it and the known ones, and registers nothing', async () => {
+  const lineage = guest('agent_lineage');
+  const manifest = join(mkdtempSync(join(tmpdir(), 'dsh-env-harness-keys-')), 'dsh-env.toml');
+  writeFileSync(manifest, `[[contributor]]\npath = ${JSON.stringify(lineage)}\n`);
+  const top = 'known: manifest, contributors, home, compiler';
+  for (const [config, why] of [
+    [{ contributor: [{ path: lineage }] }, `dsh-env config: unknown option \`contributor\` (${top})`],
+    [{ manifests: manifest }, `dsh-env config: unknown option \`manifests\` (${top})`],
+    [
+      { manifest, contributors: [{ path: lineage, limits: { deadline: 5 } }] },
+      'dsh-env config: contributors[0].limits: unknown option `deadline` (known: deadlineMs, memoryMib, ',
+    ],
+    [
+      { contributors: [{ path: lineage, grant: { cwd: 'read' } }] },
+      'dsh-env config: contributors[0]: unknown option `grant` (known: path, sha256, signature, config, limits, grants, onError)',
+    ],
+    [{ 'home\u202e': home }, `dsh-env config: unknown option \`home\\u{202e}\` (${top})`],
+  ]) {
+    const ctx = await harness();
+    const load = ctx.plugin(DshEnv, { home, compiler, ...config });
+    await assert.rejects(async () => await load, (error) => {
+      assert.equal(error.code, 'DSH_INVALID_ARGUMENT', String(error));
+      assert.ok(error.message.startsWith(why), `${error.message}\n  does not start with\n${why}`);
+      return true;
+    });
+    assert.equal(ctx.shellEnv.list().some((row) => row.contributor === 'agent-lineage'), false);
+  }
+  // Its contributors' own names stay open: `config` is theirs.
+  const ctx = await harness();
+  await ctx.plugin(DshEnv, { home, compiler, contributors: [{ path: lineage, config: { anyName: 'x' } }] });
+  assert.ok(ctx.shellEnv.list().some((row) => row.contributor === 'agent-lineage'));
+});
+
 test('a key a TypeScript contributor owns is refused at load, and unloading removes every key', async () => {
   const ctx = await harness();
   ctx.shellEnv.register({

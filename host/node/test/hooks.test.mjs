@@ -85,7 +85,7 @@ test("a manifest's hooks apply; the hooks option, an unknown option or a bad fil
     return true;
   };
   assert.throws(() => openRegistry({ hook: join(dir, 'hooks.json') }), invalid(/unknown option `hook`/));
-  assert.throws(() => openRegistry({ hooks: { PreToolUse: [] } }), invalid(/missing field `hooks`/));
+  assert.throws(() => openRegistry({ hooks: { PreToolUse: [] } }), invalid(/unknown field `PreToolUse`, expected `hooks` or `description`/));
   assert.throws(() => openRegistry({ hooks: { hooks: { Stop: [] } } }), invalid(/event `Stop`/));
   assert.throws(() => openRegistry({ hooks: 3 }), invalid(/hooks: expected a hooks.json file's path/));
   const missing = join(dir, 'missing.toml');

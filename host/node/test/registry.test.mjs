@@ -192,6 +192,39 @@ test('the environment option sets what exec\'s commands inherit, and a bad one i
   );
 });
 
+test('an option the addon does not know is refused wherever it is, named as written with the known ones', async () => {
+  const limits = 'known: deadlineMs, memoryMib, fuel, maxKeys, maxPairs, maxValueBytes, maxOutputBytes, ' +
+    'maxErrorBytes, maxLogBytes, maxHandles, compileTimeoutMs, compileCpuMs, compileMemoryMib';
+  const refused = (message) => (error) => {
+    assert.ok(error instanceof dshEnv.DshEnvError, String(error));
+    assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
+    assert.equal(error.message, message);
+    return true;
+  };
+  const registry = openRegistry();
+  for (const [options, message] of [
+    [{ limits: { deadlineMS: 5 } }, `register options: limits: unknown option \`deadlineMS\` (${limits})`],
+    [{ grants: { cwd: 'read', envs: ['HOME'] } }, 'register options: grants: unknown option `envs` (known: config, env, cwd)'],
+    // A path in the options would be dropped for the argument's, in silence.
+    [{ path: guest('agent_lineage') }, 'register options: unknown option `path` (known: config, limits, grants, onError, sha256, signature, grantsSha256)'],
+    [{ 'onError\u001b[2J': 'omit' }, 'register options: unknown option `onError\\u{1b}[2J` (known: config, limits, grants, onError, sha256, signature, grantsSha256)'],
+  ]) {
+    await assert.rejects(registry.register(guest('puppet'), options), refused(message));
+  }
+  assert.deepEqual(registry.contributors(), []);
+  assert.throws(
+    () => openRegistry({ environment: { includeONLY: ['PATH'] } }),
+    refused('environment: unknown option `includeONLY` (known: inherit, exclude, set, includeOnly)'),
+  );
+  // The hooks option's document is a hooks.json: its keys are Claude Code's.
+  const hooks = { hooks: { PreToolUse: [{ matcher: 'Bash', hooks: [{ type: 'command', command: 'exit 2', timout: 5 }] }] } };
+  assert.throws(() => openRegistry({ hooks }), (error) => {
+    assert.equal(error.code, 'DSH_INVALID_ARGUMENT', String(error));
+    assert.match(error.message, /^hooks: PreToolUse: hook `exit 2`: unknown field `timout`, expected one of `type`, `command`, `timeout`, /);
+    return true;
+  });
+});
+
 test('the trust option holds for every registration: unsigned refused, signed taken, unknown fields refused', async () => {
   const dir = scratch();
   const author = signingKey(dir, 'author');
@@ -207,7 +240,7 @@ test('the trust option holds for every registration: unsigned refused, signed ta
   // A registration cannot bring a trust of its own.
   await assert.rejects(registry.register(lineage, { trust: { keys: [] } }), (error) => {
     assert.equal(error.code, 'DSH_INVALID_ARGUMENT');
-    assert.match(error.message, /unknown field `trust`/);
+    assert.match(error.message, /^register options: unknown option `trust` \(known: config, /);
     return true;
   });
   author.sign(lineage);
@@ -216,7 +249,7 @@ test('the trust option holds for every registration: unsigned refused, signed ta
   const [listing] = registry.contributors();
   assert.equal(listing.signer.status, 'trusted', JSON.stringify(listing));
   for (const [trust, why] of [
-    [{ keys: [author.public], requireSignatures: true }, /unknown field `require_signatures`/],
+    [{ keys: [author.public], requireSignatures: true }, /^trust: unknown option `requireSignatures` \(known: keys, requireSignature\)$/],
     [{ keys: [], requireSignature: true }, /trust\.keys is empty/],
     [{ keys: ['not-a-key'] }, /trust\.keys\[0\] is not a minisign public key/],
   ]) {

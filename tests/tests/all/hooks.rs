@@ -302,7 +302,11 @@ fn malformed_hooks_files_are_refused_with_their_name() {
     let err = Hooks::parse(bare, "bare.json", HookDialect::ClaudeCode, registry())
         .err()
         .unwrap();
-    assert!(err.to_string().contains("missing field `hooks`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("unknown field `PreToolUse`, expected `hooks` or `description`"),
+        "{err}"
+    );
     // A document handed over directly has the file's cap.
     let big = format!("{{\"hooks\": {{}}, \"pad\": \"{}\"}}", "x".repeat(1 << 20));
     let err = Hooks::parse(&big, "big", HookDialect::ClaudeCode, registry())
@@ -551,6 +555,59 @@ fn unsupported_hooks_and_bad_matchers_are_refused_naming_them() {
         regex.contains("PreToolUse: matcher is not a regular expression"),
         "{regex}"
     );
+}
+
+/// A key nobody reads is refused wherever it is in a hooks file, naming it
+/// (escaped) and the known ones: a misspelt `matcher` would run the hook for
+/// every tool, a `timout` would leave it the default, and Claude Code's
+/// `async` or `args` would be run otherwise than they say. The keys both
+/// tools document that change nothing here are taken.
+#[test]
+fn unknown_keys_in_a_hooks_file_are_refused_naming_them_and_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let parse = |hooks: Value| {
+        let file = dir.path().join("hooks.json");
+        std::fs::write(&file, hooks.to_string()).unwrap();
+        Hooks::from_file(&file, HookDialect::ClaudeCode, registry())
+            .err()
+            .map(|err| err.message)
+    };
+    let command = json!({"type": "command", "command": "./guard.sh"});
+    let with = |extra: Value| {
+        let mut hook = command.clone();
+        hook.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        hook
+    };
+    let known = "expected one of `type`, `command`, `timeout`, `if`, `statusMessage`, \
+                 `commandWindows`";
+    for (key, value) in [("timout", json!(5)), ("async", json!(true)), ("args", json!(["-x"]))] {
+        let err = parse(json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+            "hooks": [with(json!({key: value}))]}]}}))
+        .unwrap_or_else(|| panic!("`{key}` was taken"));
+        assert_eq!(
+            err,
+            format!("PreToolUse: hook `./guard.sh`: unknown field `{key}`, {known}")
+        );
+    }
+    let group = parse(json!({"hooks": {"PreToolUse": [{"matchers": "Bash",
+        "hooks": [command]}]}}))
+    .expect("`matchers` was taken");
+    assert!(
+        group.starts_with("unknown field `matchers`, expected `matcher` or `hooks`"),
+        "{group}"
+    );
+    let top = parse(json!({"hooks": {"PreToolUse": []}, "disableAllHooks\u{1b}[2J": true}))
+        .expect("the top-level key was taken");
+    assert!(
+        top.starts_with(
+            "unknown field `disableAllHooks\\u{1b}[2J`, expected `hooks` or `description`"
+        ),
+        "{top}"
+    );
+    // What Claude Code and Codex document and this runtime need not read.
+    let documented = json!({"description": "guards", "hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [with(json!({"statusMessage": "checking", "commandWindows": "guard.cmd"}))]}]}});
+    assert_eq!(parse(documented), None);
 }
 
 /// An event this runtime never fires is refused, naming it and the ones it

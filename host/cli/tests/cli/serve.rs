@@ -245,6 +245,81 @@ fn serve_registers_with_grants_and_limits_like_a_manifest_entry() {
     assert_eq!(refused["data"]["key"], "DSH_HOME", "{refused}");
 }
 
+/// A member nobody reads is refused, naming it (escaped) and the known ones,
+/// in the request object (a misspelt `params` would be a call with none: an
+/// `initialize` without its hooks), in a method's params, and in the hooks
+/// document `initialize` names; the request is answered with its id. An
+/// execution is the harness's own, and stays open.
+#[test]
+fn serve_refuses_unknown_members_naming_them_and_the_known_ones() {
+    let f = Fixture::new();
+    let hooks = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": "exit 2"}]}]}});
+    let execution = serde_json::json!({"callId": "c-1", "name": "bash", "token": {},
+        "agent": {"session": {"header": {"id": "s-1", "cwd": "/tmp", "origin": "subagent"}}}});
+    let answers = serve_answers(
+        &f,
+        &[],
+        &[
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "parmas": {"hooks": hooks}}),
+            rpc(2, "list", serde_json::json!({"verbose\u{1b}[2J": true})),
+            rpc(
+                3,
+                "collect",
+                serde_json::json!({"execution": execution, "executoin": {}}),
+            ),
+            rpc(
+                4,
+                "register",
+                serde_json::json!({"path": PUPPET, "limits": {"deadline": 5}}),
+            ),
+            rpc(
+                5,
+                "initialize",
+                serde_json::json!({"hooks": {"hooks": {"PreToolUse": [{"matcher": "Bash",
+                    "hooks": [{"type": "command", "command": "exit 2", "timout": 5}]}]}}}),
+            ),
+            rpc(6, "collect", serde_json::json!({"execution": execution})),
+        ],
+    );
+    let error = |index: usize, code: i64| {
+        let answer = &answers[index];
+        assert_eq!(answer["id"], index + 1, "{answer}");
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        answer["error"]["message"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        error(0, -32600),
+        "invalid request: unknown field `parmas`, expected one of `jsonrpc`, `method`, \
+         `params`, `id`"
+    );
+    // Where, then what: the path of the member at fault, and why.
+    assert_eq!(
+        error(1, -32602),
+        "invalid params: verbose\\u{1b}[2J: unknown field `verbose\\u{1b}[2J`, there are no fields"
+    );
+    assert_eq!(
+        error(2, -32602),
+        "invalid params: executoin: unknown field `executoin`, expected `execution`"
+    );
+    let limits = error(3, -32602);
+    assert!(
+        limits.starts_with(
+            "invalid params: limits.deadline: unknown field `deadline`, \
+             expected one of `deadline_ms`, "
+        ),
+        "{limits}"
+    );
+    let hooks = error(4, -32602);
+    assert!(
+        hooks.contains("hook `exit 2`: unknown field `timout`, expected one of `type`, "),
+        "{hooks}"
+    );
+    // The execution's own members (`token`, the header's `origin`) pass.
+    assert!(answers[5]["result"]["overlay"].is_object(), "{}", answers[5]);
+}
+
 #[test]
 fn serve_answers_a_list_while_a_slow_register_and_exec_run_then_finishes_them_at_eof() {
     let f = Fixture::new();
@@ -768,7 +843,7 @@ fn serve_runs_the_hooks_initialize_names_around_exec() {
     // permission mode Claude Code does not have.
     assert_eq!(answers[4]["error"]["code"], -32602, "{}", answers[4]);
     let message = answers[4]["error"]["message"].as_str().unwrap();
-    assert!(message.contains("missing field `hooks`"), "{message}");
+    assert!(message.contains("unknown field `PreToolUse`"), "{message}");
     assert_eq!(answers[5]["error"]["code"], -32602, "{}", answers[5]);
     let message = answers[5]["error"]["message"].as_str().unwrap();
     assert!(message.contains("permission_mode"), "{message}");
