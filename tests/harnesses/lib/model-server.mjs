@@ -8,8 +8,9 @@
 // the shell tool gets a final text quoting every tool result; a request that
 // offers no shell tool (titles, summaries) gets a short text. So the model is
 // stateless: what to answer follows from the request alone. Every request is
-// appended to the log as one JSON line, `{method, url, body}`: the tool
-// results a harness sends back are what its commands saw.
+// appended to the log as one JSON line, `{method, url, body}`, and every tool
+// call made as `{issued: id}` (Gemini's calls carry no id): the tool results
+// a harness sends back are what its commands saw.
 
 import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -145,7 +146,7 @@ function json(res, status, value) {
 function anthropic(res, body, answer) {
   const usage = { input_tokens: 1, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   const block = answer.call
-    ? { type: 'tool_use', id: id('toolu_'), name: answer.call.name, input: answer.call.args }
+    ? { type: 'tool_use', id: answer.call.id, name: answer.call.name, input: answer.call.args }
     : { type: 'text', text: answer.text };
   const message = {
     id: id('msg_'), type: 'message', role: 'assistant', model: body.model ?? 'scripted',
@@ -168,7 +169,7 @@ function anthropic(res, body, answer) {
 
 function responses(res, body, answer) {
   const item = answer.call
-    ? { type: 'function_call', id: id('fc_'), call_id: id('call_'), name: answer.call.name, arguments: JSON.stringify(answer.call.args), status: 'completed' }
+    ? { type: 'function_call', id: id('fc_'), call_id: answer.call.id, name: answer.call.name, arguments: JSON.stringify(answer.call.args), status: 'completed' }
     : { type: 'message', id: id('msg_'), role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: answer.text, annotations: [] }] };
   const usage = { input_tokens: 1, input_tokens_details: { cached_tokens: 0 }, output_tokens: 1, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 2 };
   const response = { id: id('resp_'), object: 'response', created_at: 0, status: 'completed', model: body.model ?? 'scripted', output: [item], usage };
@@ -186,7 +187,7 @@ function chat(res, body, answer) {
     choices: [{ index: 0, delta, finish_reason: finish }],
   });
   const delta = answer.call
-    ? { role: 'assistant', tool_calls: [{ index: 0, id: id('call_'), type: 'function', function: { name: answer.call.name, arguments: JSON.stringify(answer.call.args) } }] }
+    ? { role: 'assistant', tool_calls: [{ index: 0, id: answer.call.id, type: 'function', function: { name: answer.call.name, arguments: JSON.stringify(answer.call.args) } }] }
     : { role: 'assistant', content: answer.text };
   if (!body.stream) {
     const message = answer.call ? { role: 'assistant', content: null, tool_calls: delta.tool_calls.map(({ index, ...c }) => c) } : delta;
@@ -228,17 +229,43 @@ export function createModelServer({ commands, log }) {
       }
       if (log) appendFileSync(log, JSON.stringify({ method: req.method, url: req.url, body }) + '\n');
       const path = new URL(req.url, 'http://model').pathname;
+      const answer = (protocol) => {
+        const decided = decide(protocol, body, commands);
+        if (decided.call && protocol !== 'gemini') {
+          decided.call.id = id(protocol === 'anthropic' ? 'toolu_' : 'call_');
+          if (log) appendFileSync(log, JSON.stringify({ issued: decided.call.id }) + '\n');
+        }
+        return decided;
+      };
       if (req.method === 'HEAD' || req.method === 'GET') {
         res.writeHead(200, { 'content-type': 'application/json' });
         return res.end(req.method === 'GET' ? '{}' : undefined);
       }
-      if (path.endsWith('/messages')) return anthropic(res, body, decide('anthropic', body, commands));
-      if (path.endsWith('/responses')) return responses(res, body, decide('responses', body, commands));
-      if (path.endsWith('/chat/completions')) return chat(res, body, decide('chat', body, commands));
-      if (path.endsWith(':streamGenerateContent')) return gemini(res, body, decide('gemini', body, commands), true);
-      if (path.endsWith(':generateContent')) return gemini(res, body, decide('gemini', body, commands), false);
+      if (path.endsWith('/messages')) return anthropic(res, body, answer('anthropic'));
+      if (path.endsWith('/responses')) return responses(res, body, answer('responses'));
+      if (path.endsWith('/chat/completions')) return chat(res, body, answer('chat'));
+      if (path.endsWith(':streamGenerateContent')) return gemini(res, body, answer('gemini'), true);
+      if (path.endsWith(':generateContent')) return gemini(res, body, answer('gemini'), false);
       if (path.endsWith(':countTokens')) return json(res, 200, { totalTokens: 1 });
       json(res, 404, { error: { message: `the scripted model does not serve ${req.method} ${path}` } });
     });
   });
+}
+
+/**
+ * What a harness sent back from its tool calls, in order: the tool results
+ * of the logged request that carries the most, and the ids of the calls the
+ * model made (none for Gemini).
+ */
+export function readLog(text) {
+  const lines = text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  const issued = lines.filter((l) => l.issued).map((l) => l.issued);
+  let results = [];
+  for (const { body } of lines.filter((l) => l.body)) {
+    for (const protocol of Object.values(PROTOCOLS)) {
+      const found = protocol.results(body);
+      if (found.length > results.length) results = found;
+    }
+  }
+  return { issued, results, requests: lines.filter((l) => l.body) };
 }
