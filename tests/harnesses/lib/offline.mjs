@@ -6,28 +6,27 @@
 // own loopback, so the model server takes the same port every time.
 
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 
 /** The model server's port, on each run's own loopback. */
 export const PORT = 8765;
 
 const drive = new URL('./drive.mjs', import.meta.url).pathname;
-const dir = mkdtempSync(join(tmpdir(), 'dsh-harness-netns-'));
-const resolv = join(dir, 'resolv.conf');
-writeFileSync(resolv, 'nameserver 127.0.0.1\n');
 
 const SETUP = 'set -e; ip link set lo up; mount --bind "$0" /etc/resolv.conf; exec "$@"';
 
 /**
  * Runs `argv` in `cwd` with exactly `env`, against a model server that calls
  * the shell tool with each of `commands` in turn and logs every request to
- * `log`. Resolves to `{code, signal, stdout, stderr, ms}`.
+ * `log` (the run's other files go beside it). Resolves to
+ * `{code, signal, stdout, stderr, ms}`.
  */
 export async function runOffline({ argv, env, cwd, commands, log, timeoutMs = 120_000 }) {
-  const spec = join(dir, `spec-${process.pid}-${Date.now()}-${Math.random().toString(16).slice(2)}.json`);
+  const resolv = join(dirname(log), 'resolv.conf');
+  writeFileSync(resolv, 'nameserver 127.0.0.1\n');
+  const spec = `${log}.spec.json`;
   writeFileSync(spec, JSON.stringify({ port: PORT, argv, env, cwd, commands, log, timeoutMs }));
   const { stdout } = await promisify(execFile)(
     'unshare',

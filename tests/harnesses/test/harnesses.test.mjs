@@ -6,14 +6,15 @@
 //
 // Needs the dsh-env binary (`cargo build`; DSH_ENV_BIN overrides) and the
 // guests (`cargo test --test all --no-run` builds them under the target dir).
+// KEEP=1 keeps the scratch directory (each run's logs, homes and requests).
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { before, describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { HARNESSES } from '../lib/harnesses.mjs';
 import { readLog } from '../lib/model-server.mjs';
 import { runOffline } from '../lib/offline.mjs';
@@ -46,9 +47,15 @@ const puppetEntry = (config) =>
   `[[contributor]]\npath = ${JSON.stringify(puppet)}\n[contributor.config]\n` +
   Object.entries(config).map(([k, v]) => `${k} = ${JSON.stringify(v)}\n`).join('');
 
-/** The environment a harness runs with: its own, HOME, PATH, and the stale and secret names. */
+/**
+ * The environment a harness runs with: its own, HOME, PATH, a TMPDIR in the
+ * scratch dir (OpenCode leaves a 5 MB library in it per run), and the stale
+ * and secret names.
+ */
 function environment(home, own) {
-  return { PATH: process.env.PATH, HOME: home, LANG: 'C.UTF-8', DSH_STALE: '1', MY_API_TOKEN: 'x', ...own };
+  const tmp = join(home, '..', 'tmp');
+  mkdirSync(tmp, { recursive: true });
+  return { PATH: process.env.PATH, HOME: home, TMPDIR: tmp, LANG: 'C.UTF-8', DSH_STALE: '1', MY_API_TOKEN: 'x', ...own };
 }
 
 /** Runs `dsh-env setup <harness> ...args` as the user whose environment is `env`. */
@@ -82,6 +89,9 @@ function printed(result) {
 /** What to show when an assertion about a run fails. */
 const explain = (run) =>
   `exit ${run.code} (${run.signal ?? 'no signal'})\n--- stdout\n${run.stdout.slice(-3000)}\n--- stderr\n${run.stderr.slice(-3000)}`;
+
+// The compiled contributors alone are about 100 MB.
+after(() => { if (!process.env.KEEP) rmSync(scratch, { recursive: true, force: true }); });
 
 // Compiles every contributor into the shared home before any harness runs,
 // so that no first call spends a harness's hook timeout on compiling.
@@ -198,6 +208,38 @@ for (const harness of HARNESSES) {
     });
   });
 }
+
+describe('claude-code permissions', () => {
+  // Claude Code's hook output can carry a permission decision; dsh-env's
+  // leaves it to the user's rules, which then judge the rewritten command.
+  const harness = HARNESSES.find((h) => h.name === 'claude-code');
+  const dir = join(scratch, 'claude-permissions');
+  const home = join(dir, 'home');
+  let env;
+
+  before(() => {
+    mkdirSync(dir, { recursive: true });
+    env = environment(home, harness.configure(home, dir));
+    const settings = join(home, '.claude/settings.json');
+    writeFileSync(settings, JSON.stringify({ permissions: { deny: ['Bash(touch:*)'] } }));
+    setup(harness, env, '--manifest', manifest(join(dir, 'examples.toml'), ''), '--home', dshHome);
+  });
+
+  test('a call the user\'s settings deny stays denied', async () => {
+    const log = join(dir, 'denied.jsonl');
+    const run = await runOffline({ argv: harness.argv('Touch it.'), env, cwd: dir, commands: [`touch ${dir}/denied`], log });
+    assert.equal(readLog(readFileSync(log, 'utf8')).results.length, 1, explain(run));
+    assert.ok(!existsSync(join(dir, 'denied')), `the denied command ran\n${explain(run)}`);
+  });
+
+  test('a call no rule allows is not approved by the hook (print mode cannot ask, so it is refused)', async () => {
+    const log = join(dir, 'asked.jsonl');
+    const argv = harness.argv('Run it.').filter((a) => a !== '--allowedTools' && a !== 'Bash');
+    const run = await runOffline({ argv, env, cwd: dir, commands: [`echo ran > ${dir}/asked`], log });
+    assert.equal(readLog(readFileSync(log, 'utf8')).results.length, 1, explain(run));
+    assert.ok(!existsSync(join(dir, 'asked')), `a command no rule allows ran\n${explain(run)}`);
+  });
+});
 
 describe('setup --remove', () => {
   for (const harness of HARNESSES) {
