@@ -12,10 +12,14 @@ mod authoring;
 mod cache;
 mod check;
 mod completions;
+mod configure;
 mod demo;
 mod explain;
 mod failure;
+mod harness;
 mod home;
+mod hook;
+mod jsontext;
 mod list;
 mod login;
 mod man;
@@ -132,6 +136,23 @@ enum Command {
         #[command(flatten)]
         hooks: setup::HooksArg,
     },
+    /// Wire dsh-env into an agent harness's own configuration (Claude
+    /// Code's or Gemini CLI's settings, Codex's hooks.json and its trust,
+    /// an OpenCode plugin); `--remove` takes it out again.
+    #[command(
+        after_help = "Examples:\n  dsh-env setup claude-code --manifest ~/dsh-env.toml\n  \
+                      dsh-env setup codex --manifest dsh-env.toml --dry-run\n  \
+                      dsh-env setup gemini --project . --manifest .dsh/env.toml\n  \
+                      dsh-env setup opencode --remove"
+    )]
+    Setup(configure::Args),
+    /// The hook a harness runs before each shell call (`setup` writes it):
+    /// reads the harness's hook input on stdin, answers with the command
+    /// rewritten to get the overlay, or the reason it is blocked.
+    #[command(
+        after_help = "Examples:\n  echo \"$HOOK_INPUT\" | dsh-env hook claude-code --manifest dsh-env.toml"
+    )]
+    Hook(hook::Args),
     /// Approve a project manifest (`.dsh/env.toml`) for commands run
     /// without `--manifest`, where it was found: its exact content and that
     /// of the hooks file it names, by SHA-256; a changed file needs
@@ -290,6 +311,8 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Trust(args) => manifests::trust(args),
+        Command::Setup(args) => configure::run(args),
+        Command::Hook(args) => hook::run(args).await,
         Command::Cache(args) => cache::run(args),
         Command::Store(args) => store::run(args),
         Command::New(args) => new::run(args),

@@ -25,6 +25,7 @@ use dsh_env_harness::{ExecError, ShellExecRequest};
 use serde_json::{Value, json};
 
 use crate::failure::{CliResult, Failure};
+use crate::harness::shell_quote;
 use crate::setup::{Call, HooksArg, collect, parse_env_pair};
 
 /// Exit code for dsh-env's own failure (a contributor's included), when the
@@ -273,21 +274,11 @@ fn kill(child: &mut tokio::process::Child, own_group: bool) {
     }
 }
 
-/// Joins argv into one `bash -c` string, quoting every word.
+/// Joins argv into one `bash -c` string, quoting every word that needs it.
 fn shell_command_line(words: &[String]) -> String {
     words
         .iter()
-        .map(|word| {
-            if !word.is_empty()
-                && word
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-            {
-                word.clone()
-            } else {
-                format!("'{}'", word.replace('\'', r"'\''"))
-            }
-        })
+        .map(|word| shell_quote(word))
         .collect::<Vec<_>>()
         .join(" ")
 }

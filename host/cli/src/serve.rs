@@ -29,6 +29,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::harness::EnvChanges;
 use crate::setup::Registered;
 use dsh_env::__internal::{escape_controls, unknown_key};
 use dsh_env::EnvironmentPolicy;
@@ -202,6 +203,7 @@ enum Call {
     List,
     Collect(Box<CollectParams>),
     Explain(Box<CollectParams>),
+    ShellEnv(Box<CollectParams>),
     Exec(Box<ExecParams>),
 }
 
@@ -222,6 +224,7 @@ impl Call {
             "list" => typed::<NoParams>(params).map(|_| Call::List)?,
             "collect" => Call::Collect(typed(params)?),
             "explain" => Call::Explain(typed(params)?),
+            "shell_env" => Call::ShellEnv(typed(params)?),
             "exec" => {
                 let exec: Box<ExecParams> = typed(params)?;
                 if exec.env.len() > MAX_EXEC_ENV {
@@ -642,6 +645,18 @@ impl Server {
                     "omitted": omitted,
                     "why_absent": self.registry.absences(&collection),
                 }))
+            }
+            Call::ShellEnv(params) => {
+                // What the client's own shell must change for the call: the
+                // client gave this server its environment, as it gives its
+                // shell.
+                let collection = self.collect(&params.execution).await?;
+                let changes =
+                    EnvChanges::new(std::env::vars_os(), &self.environment, &collection.overlay)
+                        .map_err(RpcError::app)?;
+                let omitted: Vec<String> =
+                    collection.omitted.iter().map(ToString::to_string).collect();
+                Ok(json!({"set": changes.set, "unset": changes.unset, "omitted": omitted}))
             }
             Call::Exec(params) => self.exec(*params).await,
         }
