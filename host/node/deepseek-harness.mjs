@@ -5,26 +5,40 @@
 //
 // The reference's registry is synchronous: its bash tool calls
 // `ctx.shellEnv.collect(execution)`, which calls each contributor's
-// `resolve(execution)` without awaiting. Each WASM contributor's `resolve`
-// therefore runs its fresh sandboxed instance on the calling thread
-// (`Registration.resolveSync`), bounded by the contributor's deadline.
+// `resolve(execution)` in turn without awaiting. The first WASM
+// contributor's `resolve` in a collect runs every one of this plugin's
+// contributors on the calling thread, each in its instance made ahead and
+// bounded by its deadline (`Registry.resolveEachSync`: the execution
+// crosses into the addon once), and each `resolve` takes its own answer.
 
 import { createRequire } from 'node:module';
 
 import z from '@deepseek-ai/schemastery';
 
 const require = createRequire(import.meta.url);
-const { Registry, executionJson, refuseUnknown } = require('./index.js');
+const { Registry, refuseUnknown } = require('./index.js');
 
-/** Each execution's JSON, made once for all the contributors that resolve it. */
-const executionJsons = new WeakMap();
-function jsonOf(execution) {
-  let json = executionJsons.get(execution);
-  if (json === undefined) {
-    json = executionJson(execution);
-    executionJsons.set(execution, json);
-  }
-  return json;
+/**
+ * What `registry`'s contributors resolved for one collect, asked once: each
+ * answer is taken once, by its contributor's `resolve`. A `resolve` that
+ * finds no answer for its execution (a new collect, or the same execution
+ * collected again) asks for a new round.
+ */
+function answers(registry) {
+  let round;
+  return (execution, name) => {
+    if (round?.execution !== execution || !round.each.has(name)) {
+      const made = { execution, each: registry.resolveEachSync(execution) };
+      round = made;
+      // A collect cut short by a failure leaves answers no one takes.
+      queueMicrotask(() => {
+        if (round === made) round = undefined;
+      });
+    }
+    const answer = round.each.get(name);
+    round.each.delete(name);
+    return answer;
+  };
 }
 
 /** The plugin's name, as the harness's configuration and logs show it. */
@@ -105,6 +119,7 @@ export async function apply(ctx, config = {}) {
     registrations.push(await registry.register(path, options));
   }
   const keys = registry.list();
+  const answer = answers(registry);
   for (const registration of registrations) {
     const variables = Object.fromEntries(
       keys.filter((row) => row.owner === registration.name).map((row) => [row.key, { description: row.description }]),
@@ -113,7 +128,9 @@ export async function apply(ctx, config = {}) {
       name: registration.name,
       variables,
       resolve(execution) {
-        const { overlay, omitted } = registration.resolveSync(jsonOf(execution));
+        // None when it is no longer registered in dsh-env: resolveSync says so.
+        const { overlay, omitted, error } = answer(execution, registration.name) ?? registration.resolveSync(execution);
+        if (error !== undefined) throw error;
         for (const message of omitted) process.emitWarning(message, 'DshEnvOmitted');
         return overlay;
       },

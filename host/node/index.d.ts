@@ -303,6 +303,13 @@ export class Registry {
    * `collect` starts making them in the background when it ends.
    */
   prepared(): number;
+  /**
+   * Every contributor alone, synchronously, by name: what `resolveSync`
+   * gives each, or the ContributorError it failed with (the others still
+   * run). The execution crosses once for all: for a registry that asks each
+   * contributor in turn within one collect (the reference harness's).
+   */
+  resolveEachSync(execution: ToolExecution | string): Map<string, Collection | { error: ContributorError }>;
   collect(execution: ToolExecution): Promise<Collection>;
   explain(execution: ToolExecution): Promise<Explanation>;
   exec(execution: ToolExecution, command: string, options?: ExecOptions): Promise<ExecResult>;

@@ -116,6 +116,12 @@ const LIMIT_OPTIONS = [
 const GRANT_OPTIONS = ['config', 'env', 'cwd'];
 const EXEC_OPTIONS = ['env', 'stdin', 'timeoutMs', 'permissionMode'];
 
+/** The DshEnvError a binding error's `dshEnv` data describes. */
+function errorOf(data) {
+  const Class = classes[data.code] ?? DshEnvError;
+  return new Class(data);
+}
+
 /** Rethrows a binding error as the DshEnvError it carries. */
 function rethrow(error) {
   if (error instanceof Error && error.message.startsWith('{"dshEnv":')) {
@@ -125,8 +131,7 @@ function rethrow(error) {
     } catch {
       throw error;
     }
-    const Class = classes[data.code] ?? DshEnvError;
-    throw new Class(data);
+    throw errorOf(data);
   }
   throw error;
 }
@@ -295,6 +300,26 @@ class Registry {
   /** How many contributors have an instance made ahead of their next call. */
   prepared() {
     return this.#native.prepared();
+  }
+
+  /**
+   * Every contributor alone, synchronously, for one execution, as
+   * `Registration.resolveSync` gives each: a Map from each contributor's
+   * name to `{ overlay, omitted }`, or to `{ error }` (a ContributorError;
+   * one contributor's failure does not stop the others). The execution
+   * crosses once for all of them: for a registry that asks each contributor
+   * in turn within one synchronous collect (the reference harness's
+   * `ctx.shellEnv`, through `@dsh-env/node/deepseek-harness`). The next
+   * call's instances are made in the background afterwards.
+   */
+  resolveEachSync(execution) {
+    const json = typeof execution === 'string' ? execution : executionJson(execution);
+    const each = new Map(Object.entries(JSON.parse(guard(() => this.#native.resolveEach(json)))));
+    this.prepareSoon();
+    for (const [name, result] of each) {
+      if (result.error !== undefined) each.set(name, { error: errorOf(result.error) });
+    }
+    return each;
   }
 
   /** The overlay for one execution, and the contributors omitted from it. */

@@ -14,16 +14,28 @@
 //            agent-lineage's keys;
 //   harness-wasm the same registry with agent-lineage through the
 //            @dsh-env/node/deepseek-harness plugin (`resolveSync`);
-//   tool-none / tool-wasm-8 a real bash tool call through the reference's
-//            tool runtime, bash tool and local executor, with no plugin
-//            contributor, and with 8 Rust contributors (agent-lineage and 7
-//            echo guests) through the plugin.
+//   harness-ts-git the same registry with a TypeScript contributor
+//            computing git-context's key (DSH_GIT_BRANCH, from the cwd's
+//            .git/HEAD);
+//   harness-six the same registry with the six example contributors
+//            (contributors/examples.toml: Rust, Python, JS, C) through the
+//            plugin;
+//   tool-none / tool-six / tool-wasm-8 a real bash tool call through the
+//            reference's tool runtime, bash tool and local executor, with no
+//            plugin contributor, with the six examples, and with 8 Rust
+//            contributors (agent-lineage and 7 echo guests) through the
+//            plugin.
+// The harness-* rows wait 1 ms (untimed) between calls, as a harness runs
+// its command between two collects: the next call's instances are made then.
 // Ratios are against `js` and `hook` in the same run; never a timed assertion.
-// Run after `npm run build`: `node bench/collect.mjs [--json]`.
+// Run after `npm run build`: `node bench/collect.mjs [--json] [--profile perf]`
+// (`--profile`: the cargo profile whose `dsh-env` and compile helper it
+// uses, as the addon beside index.js was built; default `debug`).
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 import { Context } from '@deepseek-ai/cordis';
@@ -38,6 +50,8 @@ import * as DshEnv from '../deepseek-harness.mjs';
 import { execution, guest, openRegistry, target } from '../test/fixture.mjs';
 
 const run = promisify(execFile);
+const profile = process.argv.includes('--profile') ? process.argv[process.argv.indexOf('--profile') + 1] : 'debug';
+const examples = resolve(fileURLToPath(new URL('.', import.meta.url)), '../../../contributors/examples.toml');
 
 /** p50 and p99 of `call`, timed; `between` runs untimed after each call. */
 async function measure(name, iterations, call, between = async () => {}) {
@@ -65,8 +79,9 @@ async function measure(name, iterations, call, between = async () => {}) {
 // takes, which made runs differ by 2x. `dsh-env check` compiles with Cranelift.
 const home = mkdtempSync(join(tmpdir(), 'dsh-env-bench-'));
 for (const name of ['agent_lineage', 'echo']) {
-  execFileSync(join(target, 'debug/dsh-env'), ['check', guest(name), '--home', home], { stdio: 'ignore' });
+  execFileSync(join(target, profile, 'dsh-env'), ['check', guest(name), '--home', home], { stdio: 'ignore' });
 }
+execFileSync(join(target, profile, 'dsh-env'), ['list', '--manifest', examples, '--home', home], { stdio: 'ignore' });
 
 const made = Array.from({ length: 20200 }, (_, i) => execution(`call-${i}`, 'child', 'parent'));
 const calls = (i) => made[i];
@@ -115,6 +130,10 @@ const verdict = {
   harness_wasm_over_ts: by['harness-wasm'].p50 / by['harness-ts'].p50,
   sync_path_own_p50_us: by['harness-wasm'].p50 - by['harness-ts'].p50,
   sync_path_within_15us: by['harness-wasm'].p50 - by['harness-ts'].p50 <= 15,
+  harness_six_over_ts_git: by['harness-six'].p50 / by['harness-ts-git'].p50,
+  harness_six_within_3x_ts_git: by['harness-six'].p50 / by['harness-ts-git'].p50 <= 3,
+  tool_six_over_none: by['tool-six'].p50 / by['tool-none'].p50,
+  tool_six_within_1_05: by['tool-six'].p50 / by['tool-none'].p50 <= 1.05,
   tool_wasm_8_over_none: by['tool-wasm-8'].p50 / by['tool-none'].p50,
   tool_wasm_8_within_1_05: by['tool-wasm-8'].p50 / by['tool-none'].p50 <= 1.05,
 };
@@ -142,10 +161,17 @@ async function harness(home) {
 
 /** The reference harness's rows: its synchronous registry, and whole bash tool calls. */
 async function harnessRows() {
-  const compiler = join(target, 'debug/dsh-env-compile');
+  const compiler = join(target, profile, 'dsh-env-compile');
   const lineage = { path: guest('agent_lineage') };
   const echoes = Array.from({ length: 7 }, (_, i) => ({ path: guest('echo'), config: { name: `echo-${i}`, key: `DSH_ECHO_${i}` } }));
-  const live = (call) => ({ ...call, agent: { session: call.agent.session }, signal: new AbortController().signal });
+  // The agent works in a git checkout on `feature-x`, for git-context.
+  const workdir = mkdtempSync(join(tmpdir(), 'dsh-env-bench-work-'));
+  mkdirSync(join(workdir, '.git'));
+  writeFileSync(join(workdir, '.git/HEAD'), 'ref: refs/heads/feature-x\n');
+  const live = (call) => {
+    const header = { ...call.agent.session.header, cwd: workdir };
+    return { ...call, agent: { session: { header } }, signal: new AbortController().signal };
+  };
 
   const ts = await harness(home);
   ts.shellEnv.register({
@@ -158,14 +184,39 @@ async function harnessRows() {
       return pairs;
     },
   });
+  const tsGit = await harness(home);
+  tsGit.shellEnv.register({
+    name: 'git-context-ts',
+    variables: { DSH_GIT_BRANCH: { description: 'branch' } },
+    resolve(call) {
+      const cwd = call.agent?.session.header.cwd;
+      if (cwd === undefined) return {};
+      let head;
+      try {
+        head = readFileSync(join(cwd, '.git/HEAD'), 'utf8');
+      } catch {
+        return {};
+      }
+      const branch = head.trim().startsWith('ref: refs/heads/') ? head.trim().slice('ref: refs/heads/'.length) : '';
+      return branch ? { DSH_GIT_BRANCH: branch } : {};
+    },
+  });
   const wasm = await harness(home);
   await wasm.plugin(DshEnv, { home, compiler, contributors: [lineage] });
+  const sixCtx = await harness(home);
+  await sixCtx.plugin(DshEnv, { home, compiler, manifest: examples });
   const synced = Array.from({ length: 5200 }, (_, i) => live(execution(`sync-${i}`, 'child', 'parent')));
-  // Untimed between calls: the next call's instance is made while a
+  const seen = sixCtx.shellEnv.collect(synced[0]);
+  for (const key of ['DSH_PARENT_SESSION_ID', 'DSH_TRACEPARENT', 'DSH_GIT_BRANCH', 'DSH_SESSION_URL', 'DSH_CALL_MODE', 'DSH_WORKSPACE_ID']) {
+    if (!seen[key]) throw new Error(`the six examples gave no ${key}: ${JSON.stringify(seen)}`);
+  }
+  // Untimed between calls: the next call's instances are made while a
   // harness's command runs.
-  const settle = () => new Promise((resolve) => setImmediate(resolve));
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 1));
 
   const none = await harness(home);
+  const six = await harness(home);
+  await six.plugin(DshEnv, { home, compiler, manifest: examples });
   const eight = await harness(home);
   await eight.plugin(DshEnv, { home, compiler, contributors: [lineage, ...echoes] });
   const tool = (ctx) => (i) =>
@@ -174,10 +225,11 @@ async function harnessRows() {
       name: 'bash',
       arguments: { command: 'true', description: 'bench' },
     });
-  // Alternated, so that both rows see the same machine.
-  const toolRows = { none: [], eight: [] };
+  // Alternated, so that every row sees the same machine.
+  const toolRows = { none: [], six: [], eight: [] };
   for (let round = 0; round < 5; round++) {
     toolRows.none.push(await measure('tool-none', 200, tool(none), settle));
+    toolRows.six.push(await measure('tool-six', 200, tool(six), settle));
     toolRows.eight.push(await measure('tool-wasm-8', 200, tool(eight), settle));
   }
   const median = (list) => {
@@ -187,7 +239,10 @@ async function harnessRows() {
   return [
     await measure('harness-ts', 5000, (i) => ts.shellEnv.collect(synced[i]), settle),
     await measure('harness-wasm', 5000, (i) => wasm.shellEnv.collect(synced[i]), settle),
+    await measure('harness-ts-git', 5000, (i) => tsGit.shellEnv.collect(synced[i]), settle),
+    await measure('harness-six', 5000, (i) => sixCtx.shellEnv.collect(synced[i]), settle),
     median(toolRows.none),
+    median(toolRows.six),
     median(toolRows.eight),
   ];
 }

@@ -61,10 +61,15 @@ fn log_to_stderr() {
 /// An `Error` carrying `message`, a stable `code` and what `culprit` names,
 /// as JSON for `index.js`.
 fn failure(message: impl std::fmt::Display, code: &str, culprit: Culprit) -> Error {
+    Error::from_reason(json!({ "dshEnv": failure_body(message, code, culprit) }).to_string())
+}
+
+/// What [`failure`] carries: `{message, code, contributor?, key?, file?, limit?}`.
+fn failure_body(message: impl std::fmt::Display, code: &str, culprit: Culprit) -> Value {
     let mut body = serde_json::to_value(&culprit).unwrap_or_else(|_| json!({}));
     body["message"] = Value::String(message.to_string());
     body["code"] = Value::String(code.to_string());
-    Error::from_reason(json!({ "dshEnv": body }).to_string())
+    body
 }
 
 /// A bad argument.
@@ -157,7 +162,7 @@ pub struct Registry {
     /// runtime rather than on the caller's thread.
     waited: AtomicBool,
     /// Whether a preparation started by a collection is still running.
-    preparing: Arc<AtomicBool>,
+    preparing: Arc<Mutex<Preparing>>,
     /// What `exec`'s commands inherit.
     environment: EnvironmentPolicy,
     /// The hooks around `exec`'s commands.
@@ -421,8 +426,7 @@ impl Registry {
         let execution = self::execution(&execution)?;
         let collection = (self.inner.collect_traced(&execution).await).map_err(|e| failed(&e))?;
         let why_absent = serde_json::to_value(self.inner.absences(&collection)).map_err(invalid)?;
-        let mut answer: Value =
-            serde_json::from_str(&collection_json(collection)).map_err(invalid)?;
+        let mut answer = collection_value(collection);
         answer["why_absent"] = why_absent;
         Ok(answer.to_string())
     }
@@ -432,6 +436,30 @@ impl Registry {
     #[napi]
     pub fn prepare_in_background(&self) {
         prepare_in_background(self.inner.clone(), Arc::clone(&self.preparing));
+    }
+
+    /// Every contributor alone for one execution (JSON, as for `collect`),
+    /// synchronously, on the calling thread as `Registration.resolveSync`
+    /// runs one, the execution read and converted once for all of them: by
+    /// name, `{"overlay": {KEY: value}, "omitted": [message]}` with its keys
+    /// only, or `{"error": {message, code, contributor?, key?}}` (one
+    /// contributor's failure does not stop the others). For a registry that
+    /// asks each contributor in turn within one synchronous collect (the
+    /// reference harness's `ctx.shellEnv`, through the plugin).
+    #[napi]
+    pub fn resolve_each(&self, execution: String) -> Result<String> {
+        let execution = self::execution(&execution)?;
+        let each = run_here(self.inner.collect_each(&execution));
+        let answer: serde_json::Map<String, Value> = (each.into_iter())
+            .map(|(name, result)| {
+                let value = match result {
+                    Ok(collection) => collection_value(collection),
+                    Err(err) => json!({ "error": failure_body(&err, "DSH_CONTRIBUTOR", (&err).into()) }),
+                };
+                (name, value)
+            })
+            .collect();
+        Ok(Value::Object(answer).to_string())
     }
 
     /// Collects for `execution` (JSON, as for `collect`), then runs
@@ -529,23 +557,18 @@ impl Registration {
 
     /// This contributor alone for one execution (JSON, as for `collect`),
     /// synchronously: `{"overlay": {KEY: value}, "omitted": [message]}`
-    /// with its keys only, no built-ins. For a registry that resolves each
-    /// contributor without awaiting (the reference harness's
-    /// `ctx.shellEnv`). It holds the calling thread (the event loop) for the
-    /// call: microseconds for a Rust contributor with an instance made ahead,
-    /// at most the contributor's deadline (`limits.deadline_ms`) for one that
-    /// spins, plus its instantiation when none was made ahead.
+    /// with its keys only, no built-ins. It holds the calling thread (the
+    /// event loop) for the call: microseconds for a Rust contributor with an
+    /// instance made ahead, at most the contributor's deadline
+    /// (`limits.deadline_ms`) for one that spins, plus its instantiation
+    /// when none was made ahead. A registry that asks every contributor in
+    /// turn within one collect asks `Registry.resolveEach` once instead.
     #[napi]
     pub fn resolve_sync(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
         let (registry, name) = (&self.registry, self.name.as_str());
-        // The caller's thread runs the call; the runtime's threads drive its
-        // timers and the guest's I/O meanwhile.
-        let resolved = napi::bindgen_prelude::block_on(async {
-            registry.collect_contributor(name, &execution).await
-        });
-        match resolved {
-            Ok(Some(collection)) => Ok(collection_json(collection)),
+        match run_here(registry.collect_contributor(name, &execution)) {
+            Ok(Some(collection)) => Ok(collection_value(collection).to_string()),
             Ok(None) => Err(failure(
                 format!(
                     "contributor `{}` is no longer registered",
@@ -610,26 +633,69 @@ fn read_manifest(path: &str) -> Result<Manifest> {
     })
 }
 
+/// A registry's background preparation: whether one runs, and whether a
+/// collection asked for another while it ran.
+#[derive(Default)]
+struct Preparing {
+    running: bool,
+    again: bool,
+}
+
 /// Makes the next call's instances on the runtime, one preparation at a time
-/// however many collections end at once, and only when one is missing.
-fn prepare_in_background(registry: dsh_env::Registry, preparing: Arc<AtomicBool>) {
-    if registry.is_prepared() || preparing.swap(true, Ordering::AcqRel) {
+/// however many collections end at once, and only when one is missing. A
+/// request that comes while one runs makes it go round once more when it
+/// ends: that one may have passed the contributor whose instance the
+/// request's collection took, and dropping the request left it with
+/// nothing made and nothing making it (the bench stopped on it).
+fn prepare_in_background(registry: dsh_env::Registry, preparing: Arc<Mutex<Preparing>>) {
+    if registry.is_prepared() {
         return;
+    }
+    {
+        let mut state = preparing.lock().unwrap_or_else(|p| p.into_inner());
+        if state.running {
+            state.again = true;
+            return;
+        }
+        state.running = true;
     }
     // On a runtime thread rather than the caller's, even when it would not
     // wait: tried, that made the next call slower (BENCHMARKS.md).
     napi::bindgen_prelude::spawn(async move {
-        registry.prepare().await;
-        preparing.store(false, Ordering::Release);
+        loop {
+            registry.prepare().await;
+            let mut state = preparing.lock().unwrap_or_else(|p| p.into_inner());
+            if !std::mem::take(&mut state.again) {
+                state.running = false;
+                return;
+            }
+        }
     });
+}
+
+/// Runs `future` to its end on the calling thread: polled once within the
+/// runtime's context, where a guest with an instance made ahead finishes,
+/// then, only if it has to wait, blocked on.
+fn run_here<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    match within_runtime_if_available(|| future.as_mut().poll(&mut context)) {
+        Poll::Ready(output) => output,
+        Poll::Pending => napi::bindgen_prelude::block_on(future),
+    }
 }
 
 /// A collection as `collect` returns it: `{"overlay": {KEY: value},
 /// "omitted": [message]}`.
 fn collection_json(collection: dsh_env::Collection) -> String {
+    collection_value(collection).to_string()
+}
+
+/// [`collection_json`]'s value.
+fn collection_value(collection: dsh_env::Collection) -> Value {
     let overlay: serde_json::Map<String, Value> = (collection.overlay.iter())
         .map(|(key, value)| (key.to_string(), Value::String(value.to_string())))
         .collect();
     let omitted: Vec<String> = collection.omitted.iter().map(ToString::to_string).collect();
-    json!({ "overlay": overlay, "omitted": omitted }).to_string()
+    json!({ "overlay": overlay, "omitted": omitted })
 }

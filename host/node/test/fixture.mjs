@@ -16,6 +16,9 @@ export const target = process.env.CARGO_TARGET_DIR ?? resolve(here, '../../../ta
 /** A guest built by `cargo test` (tests/artifacts), by file name. */
 export const guest = (name) => join(target, 'wasm32-wasip2/guest', `${name}.wasm`);
 
+/** A Python, JavaScript or C example built by `cargo test` (tests/artifacts), by file name. */
+export const polyglot = (name) => join(target, 'polyglot', `${name}.wasm`);
+
 /** A registry in a fresh home, with `options` for `Registry.open`. */
 export function openRegistry(options = {}) {
   const home = mkdtempSync(join(tmpdir(), 'dsh-env-node-'));

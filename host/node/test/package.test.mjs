@@ -12,11 +12,10 @@ import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { guest, target } from './fixture.mjs';
+import { guest, polyglot, target } from './fixture.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const pkg = resolve(here, '..');
-const polyglot = (name) => join(target, 'polyglot', `${name}.wasm`);
 
 // As contributors/examples.toml registers them.
 const examples = [

@@ -11,6 +11,7 @@ import {
   guest,
   guestCopy,
   openRegistry,
+  polyglot,
   puppet,
   scratch,
   signingKey,
@@ -98,6 +99,31 @@ test('after a collection or an exec, the next call\'s instance is made in the ba
       assert.ok(turn < 3000, 'no instance was made ahead of the next call');
       await new Promise((resolve) => setTimeout(resolve, 1));
     }
+  }
+});
+
+test('an instance taken while the background preparation runs is made again when it ends', async () => {
+  // The preparation makes agent-lineage's instance first (names in order),
+  // then session-url's (Python), which takes milliseconds: agent-lineage's
+  // is taken meanwhile, and its request for another must not be lost.
+  const registry = openRegistry();
+  const lineage = await registry.register(guest('agent_lineage'));
+  await registry.register(polyglot('session_url'), { config: { base_url: 'https://agents.example.test/s' } });
+  const turns = async (done, what, wait = () => new Promise((resolve) => setImmediate(resolve))) => {
+    for (let turn = 0; !done(); turn++) {
+      assert.ok(turn < 3000, what);
+      await wait();
+    }
+  };
+  for (let round = 0; round < 20; round++) {
+    await registry.collect(execution(`c${round}`, 'child-1', 'parent-1'));
+    await turns(() => registry.prepared() >= 1, 'no preparation started');
+    assert.equal(lineage.resolveSync(execution(`r${round}`, 'child-1', 'parent-1')).overlay.DSH_PARENT_SESSION_ID, 'parent-1');
+    await turns(
+      () => registry.prepared() === 2,
+      `round ${round}: agent-lineage was left with no instance made ahead and none being made`,
+      () => new Promise((resolve) => setTimeout(resolve, 1)),
+    );
   }
 });
 

@@ -199,9 +199,7 @@ impl Registry {
 
     /// The contributor `name` alone, for one execution, under its
     /// `on_error` policy: its checked keys (no built-ins) as the overlay, or
-    /// its omitted failure. `None` when no contributor has that name. A
-    /// registry that resolves contributors one at a time (the reference
-    /// harness's `ctx.shellEnv`) calls this for each.
+    /// its omitted failure. `None` when no contributor has that name.
     pub async fn collect_contributor(
         &self,
         name: &str,
@@ -211,8 +209,42 @@ impl Registry {
         let Some(entry) = snapshot.get(name) else {
             return Ok(None);
         };
+        self.collect_alone(entry, execution, &mut None)
+            .await
+            .map(Some)
+    }
+
+    /// Every contributor alone for one execution, by name, in name order:
+    /// what [`Registry::collect_contributor`] gives each, the execution
+    /// converted for the guests once for all of them. A failure is that
+    /// contributor's result and does not stop the others. For a registry
+    /// that resolves contributors one at a time within one synchronous
+    /// collect (the reference harness's `ctx.shellEnv`): it asks once per
+    /// collect, not once per contributor.
+    pub async fn collect_each(
+        &self,
+        execution: &ToolExecution,
+    ) -> Vec<(String, Result<Collection, ContributorError>)> {
+        let snapshot = self.inner.snapshot();
+        let mut call = None;
+        let mut each = Vec::with_capacity(snapshot.len());
+        for (name, entry) in snapshot.iter() {
+            let alone = self.collect_alone(entry, execution, &mut call).await;
+            each.push((name.clone(), alone));
+        }
+        each
+    }
+
+    /// `entry` alone, under its `on_error` policy (see
+    /// [`Registry::collect_contributor`]).
+    async fn collect_alone<'a>(
+        &self,
+        entry: &Entry,
+        execution: &'a ToolExecution,
+        call: &mut Option<Call<'a>>,
+    ) -> Result<Collection, ContributorError> {
         let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
-            match self.resolve_entry(entry, execution, &mut None, None).await {
+            match self.resolve_entry(entry, execution, call, None).await {
                 Ok(checked) => (checked.into_iter().collect(), Vec::new()),
                 Err(err) if entry.on_error == OnError::Omit => {
                     tracing::warn!("omitted for call {}: {err}", execution.call_id);
@@ -220,11 +252,11 @@ impl Registry {
                 }
                 Err(err) => return Err(err),
             };
-        Ok(Some(Collection {
+        Ok(Collection {
             overlay: Overlay::from(overlay),
             omitted,
             traces: BTreeMap::new(),
-        }))
+        })
     }
 
     /// One contributor's checked pairs for `execution`, in a fresh instance
