@@ -19,9 +19,9 @@ use dsh_env::__internal::{
 use serde_json::{Value, json};
 
 use crate::failure::{CliResult, Failure};
-use crate::harness::{Harness, shell_quote};
+use crate::harness::Harness;
 use crate::jsontext::{self, Node};
-use crate::manifests::{self, Approval};
+use crate::manifests::{self, Approval, shell_quoted};
 
 /// The OpenCode plugin, `__SERVE__` standing for the server's argv.
 const OPENCODE_PLUGIN: &str = include_str!("opencode-plugin.js");
@@ -237,7 +237,7 @@ fn hook_command(args: &Args) -> CliResult<String> {
     let words = dsh_env_argv(args, &["hook", args.harness.name()])?;
     Ok(words
         .iter()
-        .map(|word| shell_quote(word))
+        .map(|word| shell_quoted(word))
         .collect::<Vec<_>>()
         .join(" "))
 }

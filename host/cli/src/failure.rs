@@ -1,6 +1,7 @@
 //! A command's failure and the exit code it maps to, shared by every command.
 
 /// An error and the exit code it maps to.
+#[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) code: u8,
     pub(crate) message: String,

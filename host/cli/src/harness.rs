@@ -10,6 +10,8 @@ use dsh_env::__internal::escape_controls;
 use dsh_env::{EnvironmentPolicy, ExecutionJsonError, Overlay, ToolExecution};
 use serde_json::json;
 
+use crate::manifests::shell_quoted;
+
 /// An agent harness that dsh-env can be wired into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Harness {
@@ -132,7 +134,7 @@ impl EnvChanges {
                 line.push(' ');
                 line.push_str(name);
                 line.push('=');
-                line.push_str(&shell_quote(value));
+                line.push_str(&shell_quoted(value));
             }
         }
         Ok(line)
@@ -146,20 +148,6 @@ fn is_identifier(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// `word` as one shell word: as it is when made only of characters no shell
-/// treats specially, else in single quotes (each `'` as `'\''`).
-pub(crate) fn shell_quote(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]

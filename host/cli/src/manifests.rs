@@ -276,7 +276,7 @@ fn trust_command(path: &Path, home_flag: Option<&str>) -> String {
 }
 
 /// `text` as one shell word: as it is when that is safe, else single-quoted.
-fn shell_quoted(text: &str) -> String {
+pub(crate) fn shell_quoted(text: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
     if !text.is_empty() && text.chars().all(plain) {
         text.to_string()

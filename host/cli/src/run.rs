@@ -25,7 +25,7 @@ use dsh_env_harness::{ExecError, ShellExecRequest};
 use serde_json::{Value, json};
 
 use crate::failure::{CliResult, Failure};
-use crate::harness::shell_quote;
+use crate::manifests::shell_quoted;
 use crate::setup::{Call, HooksArg, collect, parse_env_pair};
 
 /// Exit code for dsh-env's own failure (a contributor's included), when the
@@ -278,7 +278,7 @@ fn kill(child: &mut tokio::process::Child, own_group: bool) {
 fn shell_command_line(words: &[String]) -> String {
     words
         .iter()
-        .map(|word| shell_quote(word))
+        .map(|word| shell_quoted(word))
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -77,7 +77,11 @@ assert.notDeepEqual(validate({ jsonrpc: "2.0", id: 1, result: 1, extra: 1 }, sch
 assert.notDeepEqual(validate({ jsonrpc: "2.0", id: 1, error: { code: -1, message: "" } }, schema), []);
 assert.notDeepEqual(validate({ disposed: false }, schema.$defs.results.dispose), []);
 
-const server = spawn(binary, ["serve", "--home", home], { stdio: ["pipe", "pipe", "inherit"] });
+// A stale DSH_* name in its environment, which no command may get.
+const server = spawn(binary, ["serve", "--home", home], {
+  stdio: ["pipe", "pipe", "inherit"],
+  env: { ...process.env, DSH_STALE: "old" },
+});
 const pending = new Map();
 const arrivals = [];
 createInterface({ input: server.stdout }).on("line", (line) => {
@@ -131,6 +135,12 @@ const collected = await call("collect", { execution });
 assert.deepEqual(collected.result.overlay, {
   DSH_AGENT_DEPTH: "1", DSH_HOME: home, DSH_PARENT_SESSION_ID: "parent", DSH_SESSION_ID: "child", DSH_SHELL: "1",
 });
+
+// What an OpenCode-like client's own shell must change: the server's
+// environment is the client's.
+const shellEnv = await call("shell_env", { execution });
+assert.deepEqual(shellEnv.result.set, collected.result.overlay);
+assert.ok(shellEnv.result.unset.includes("DSH_STALE"));
 
 const ran = await call("exec", {
   execution, command: 'printf "%s|%s|%s|%s" "$DSH_SESSION_ID" "$FOO" "${DSH_STALE-unset}" "$(cat)"',

@@ -298,6 +298,7 @@ mod check;
 mod completions;
 mod demo;
 mod explain;
+mod harness;
 mod interface;
 mod interop;
 mod list;
