@@ -145,13 +145,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     let spec = (entry.to_spec(&base_dir, &HostEnv::from_process()))
         .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
 
-    let registry: Registry =
-        open_home_registry(
-            home,
-            args.home.as_deref(),
-            dsh_env::Tiering::Optimized,
-            Some(&manifest),
-        )?;
+    let registry: Registry = open_home_registry(
+        home,
+        args.home.as_deref(),
+        dsh_env::Tiering::Optimized,
+        Some(&manifest),
+    )?;
     let component = match &pulled {
         Some(pulled) => registry.load_pulled(&spec, pulled.artifact()),
         None => registry.load_spec(&spec),

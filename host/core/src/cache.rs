@@ -183,11 +183,6 @@ impl ArtifactCache {
         self
     }
 
-    /// Where the key that authenticates its records is.
-    pub fn key(&self) -> &CacheKey {
-        &self.key
-    }
-
     /// The same cache, cut back to `max_bytes` (least recently used entries
     /// first) after each write of an artifact that makes it larger.
     pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
@@ -210,32 +205,33 @@ impl ArtifactCache {
     /// its key can be read or made. Warns once when not.
     fn usable(&self) -> Option<&Secret> {
         self.checked().as_ref().ok()?;
-        let secret = self.secret.get_or_init(|| {
-            let secret = self.key.load();
-            if let Err(why) = &secret {
-                tracing::warn!(
-                    "not using the compile cache {}: {why}; compiling every time and \
-                     writing nothing there",
-                    self.dir.display()
-                );
-            }
-            secret
-        });
-        secret.as_ref().ok()
+        (self.decided(&self.secret, || self.key.load()))
+            .as_ref()
+            .ok()
     }
 
-    /// [`Self::usable`], or why not.
+    /// Whether the directory is safe to use, or why not.
     fn checked(&self) -> &Result<(), String> {
-        self.usable.get_or_init(|| {
-            let checked = prepare(&self.dir);
-            if let Err(why) = &checked {
+        self.decided(&self.usable, || prepare(&self.dir))
+    }
+
+    /// What `decide` said the first time `cell` was asked, warning then
+    /// if it refused the directory.
+    fn decided<'c, T>(
+        &self,
+        cell: &'c OnceLock<Result<T, String>>,
+        decide: impl FnOnce() -> Result<T, String>,
+    ) -> &'c Result<T, String> {
+        cell.get_or_init(|| {
+            let decided = decide();
+            if let Err(why) = &decided {
                 tracing::warn!(
                     "not using the compile cache {}: {why}; compiling every time and \
                      writing nothing there",
                     self.dir.display()
                 );
             }
-            checked
+            decided
         })
     }
 
@@ -591,8 +587,8 @@ impl ArtifactCache {
     /// with this home's key: written, then renamed into place, so a reader
     /// never sees a partial file.
     fn write_record(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
-        let secret = (self.usable())
-            .ok_or_else(|| std::io::Error::other("the cache is not in use"))?;
+        let secret =
+            (self.usable()).ok_or_else(|| std::io::Error::other("the cache is not in use"))?;
         atomic_file::write(path, secret.sign(file_name(path), body))
     }
 }
@@ -602,7 +598,9 @@ const MAX_RECORD_BYTES: u64 = 4 << 20;
 
 /// The name of a file in the cache directory, which its record's MAC covers.
 fn file_name(path: &Path) -> &str {
-    path.file_name().and_then(|name| name.to_str()).unwrap_or("")
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("")
 }
 
 /// Drops a just-written artifact's pages from the page cache; the write

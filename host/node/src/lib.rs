@@ -17,8 +17,9 @@ use std::task::{Context, Poll, Waker};
 use dsh_env::__internal::escape_controls;
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, CacheKey, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext, HomeSetting,
-    HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError, ToolExecution,
+    ArtifactCache, CacheKey, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext,
+    HomeSetting, HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError,
+    ToolExecution,
 };
 use dsh_env::{EnvironmentEntry, TrustEntry};
 use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};

@@ -234,7 +234,8 @@ async fn a_declaration_is_remembered_per_component_and_config() {
 
     // Running `declare` stores its declaration anew (a new file, renamed
     // into place); taking the remembered one leaves the file as it is.
-    let inode = |path: &PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
+    let inode =
+        |path: &PathBuf| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap());
 
     let first = new_registry();
     assert_eq!(declared_name(&first, "first").await, "first");

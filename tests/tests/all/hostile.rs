@@ -194,7 +194,10 @@ async fn a_call_that_meets_two_ticks_or_fewer_never_yields() {
         }
     }
     other.abort();
-    assert_eq!(judged, 100, "fewer than 100 of 1000 calls met two ticks or fewer");
+    assert_eq!(
+        judged, 100,
+        "fewer than 100 of 1000 calls met two ticks or fewer"
+    );
     assert!(at_two > 0, "no call met exactly two ticks");
     assert!(
         yielded.is_empty(),

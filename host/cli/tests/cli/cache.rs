@@ -121,7 +121,11 @@ fn a_cache_a_checkout_fills_runs_only_what_this_host_compiled() {
     );
     let out = f.run(&["resolve", "--manifest", warm.to_str().unwrap()], &[]);
     succeeded("warming with call-trace", &out);
-    assert!(stdout(&out).contains("DSH_TRACEPARENT="), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("DSH_TRACEPARENT="),
+        "{}",
+        stdout(&out)
+    );
 
     let files_of = |content: &str| -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(&cache)
@@ -156,7 +160,10 @@ fn a_cache_a_checkout_fills_runs_only_what_this_host_compiled() {
         let out = manifests::run_in(&f, &checkout, &["explain", "--json"], &[]);
         succeeded("explain in the checkout", &out);
         let report = json(&out);
-        assert_eq!(report["contributors"][0]["name"], "agent-lineage", "{report}");
+        assert_eq!(
+            report["contributors"][0]["name"], "agent-lineage",
+            "{report}"
+        );
 
         forge(&seal);
         let args = ["resolve", "--execution", execution.to_str().unwrap()];
