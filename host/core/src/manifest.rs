@@ -444,7 +444,9 @@ path = "/abs/b.wasm"
 
     #[test]
     fn an_unknown_key_in_any_table_is_named_escaped_with_the_known_ones() {
-        let top = parse("\"homes\\u001b[2J\" = \"x\"\n").unwrap_err().to_string();
+        let top = parse("\"homes\\u001b[2J\" = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             top.contains("unknown field `homes\\u{1b}[2J`, expected one of `home`, `hooks`, "),
             "{top}"
@@ -456,9 +458,18 @@ path = "/abs/b.wasm"
         );
         for (table, known) in [
             ("[trust]", "expected `keys` or `require_signature`"),
-            ("[environment]", "expected one of `inherit`, `exclude`, `set`, `include_only`"),
-            (entry, "expected one of `path`, `source`, `config`, `on_error`, "),
-            (limits.as_str(), "expected one of `deadline_ms`, `memory_mib`, "),
+            (
+                "[environment]",
+                "expected one of `inherit`, `exclude`, `set`, `include_only`",
+            ),
+            (
+                entry,
+                "expected one of `path`, `source`, `config`, `on_error`, ",
+            ),
+            (
+                limits.as_str(),
+                "expected one of `deadline_ms`, `memory_mib`, ",
+            ),
             (grants.as_str(), "expected one of `config`, `env`, `cwd`"),
         ] {
             let err = parse(&format!("{table}\n\"typo\\u202e\" = 1\n"))

@@ -588,7 +588,8 @@ impl Hooks {
                     if hook.command.trim().is_empty() {
                         return Err(error(format!("{event}: a command hook has no `command`")));
                     }
-                    let unknown = (hook.other.keys()).find(|key| !HOOK_FIELDS.contains(&key.as_str()));
+                    let unknown =
+                        (hook.other.keys()).find(|key| !HOOK_FIELDS.contains(&key.as_str()));
                     if let Some(key) = unknown {
                         return Err(error(format!(
                             "{event}: hook `{}`: {}",

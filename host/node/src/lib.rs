@@ -205,9 +205,8 @@ impl Registry {
                 .map_err(|e| failure(&e, "DSH_MANIFEST", Culprit::default()))?,
             (None, None) => dsh_env::Trust::default(),
             (Some(value), None) => {
-                let entry: TrustEntry = (serde_json::from_value(value)).map_err(|e| {
-                    invalid(format!("trust: {}", escape_controls(&e.to_string())))
-                })?;
+                let entry: TrustEntry = (serde_json::from_value(value))
+                    .map_err(|e| invalid(format!("trust: {}", escape_controls(&e.to_string()))))?;
                 (entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?
             }
         };

@@ -575,12 +575,18 @@ fn unknown_keys_in_a_hooks_file_are_refused_naming_them_and_the_known_ones() {
     let command = json!({"type": "command", "command": "./guard.sh"});
     let with = |extra: Value| {
         let mut hook = command.clone();
-        hook.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        hook.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         hook
     };
     let known = "expected one of `type`, `command`, `timeout`, `if`, `statusMessage`, \
                  `commandWindows`";
-    for (key, value) in [("timout", json!(5)), ("async", json!(true)), ("args", json!(["-x"]))] {
+    for (key, value) in [
+        ("timout", json!(5)),
+        ("async", json!(true)),
+        ("args", json!(["-x"])),
+    ] {
         let err = parse(json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
             "hooks": [with(json!({key: value}))]}]}}))
         .unwrap_or_else(|| panic!("`{key}` was taken"));

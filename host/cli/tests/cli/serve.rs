@@ -317,7 +317,11 @@ fn serve_refuses_unknown_members_naming_them_and_the_known_ones() {
         "{hooks}"
     );
     // The execution's own members (`token`, the header's `origin`) pass.
-    assert!(answers[5]["result"]["overlay"].is_object(), "{}", answers[5]);
+    assert!(
+        answers[5]["result"]["overlay"].is_object(),
+        "{}",
+        answers[5]
+    );
 }
 
 #[test]
