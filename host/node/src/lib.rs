@@ -454,7 +454,9 @@ impl Registry {
             .map(|(name, result)| {
                 let value = match result {
                     Ok(collection) => collection_value(collection),
-                    Err(err) => json!({ "error": failure_body(&err, "DSH_CONTRIBUTOR", (&err).into()) }),
+                    Err(err) => {
+                        json!({ "error": failure_body(&err, "DSH_CONTRIBUTOR", (&err).into()) })
+                    }
                 };
                 (name, value)
             })
