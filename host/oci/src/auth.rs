@@ -164,7 +164,7 @@ impl AuthFiles {
             };
             let shown = path.display().to_string();
             if let Some(helper) = config.cred_helpers.get(registry) {
-                return self.from_helper(helper, registry);
+                return self.ask_helper(helper, registry);
             }
             if let Some(entry) = config.entry(registry)
                 && let Some(credential) = entry.credential(&shown, registry)?
@@ -172,7 +172,7 @@ impl AuthFiles {
                 return Ok(Some(credential));
             }
             if let Some(store) = &config.creds_store {
-                return self.from_helper(store, registry);
+                return self.ask_helper(store, registry);
             }
         }
         Ok(None)
@@ -345,7 +345,7 @@ struct HelperAnswer {
 impl AuthFiles {
     /// Asks `docker-credential-<helper> get` for `registry`; a helper that has
     /// none answers `None`.
-    fn from_helper(&self, helper: &str, registry: &str) -> Result<Option<Credential>, AuthError> {
+    fn ask_helper(&self, helper: &str, registry: &str) -> Result<Option<Credential>, AuthError> {
         let fail = |reason: &str| AuthError::Helper {
             helper: escape_controls(helper).into_owned(),
             reason: reason.to_string(),

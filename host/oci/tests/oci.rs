@@ -574,3 +574,57 @@ async fn a_token_realm_on_plain_http_elsewhere_is_refused() {
     assert_problem!(error, OciProblem::PlainHttp { ref url } if url.contains(ELSEWHERE));
     assert_eq!(server.requests().len(), 1, "only /v2/ was asked");
 }
+
+#[tokio::test]
+async fn what_a_registry_repeats_of_the_credential_is_blanked_before_any_excerpt_is_cut() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use dsh_env_oci::{Credential, secrets};
+    const PASSWORD: &str = "oci-test Pa55/w0rd+";
+    const URL_ENCODED: &str = "oci-test%20Pa55%2Fw0rd%2B";
+    let basic = STANDARD.encode(format!("fleet:{PASSWORD}"));
+    // A registry sends the client, with its credential, to plain HTTP
+    // elsewhere, the password in the URL's query after a long path: refused,
+    // and the URL quoted short, the password blanked before the cut.
+    let path = "p".repeat(110);
+    let server = HostileServer::start(move |_| {
+        Reply::redirect(&format!(
+            "http://elsewhere.invalid/{path}?leak={URL_ENCODED}&again={PASSWORD}"
+        ))
+    });
+    let options = Options {
+        credential: Some(Credential {
+            username: "fleet".into(),
+            secret: PASSWORD.into(),
+            source: "a test".into(),
+        }),
+        ..Options::default()
+    };
+    let error = fetch(&hostile(&server, "dsh/leak:v1"), &options)
+        .await
+        .unwrap_err();
+    assert_problem!(error, OciProblem::PlainHttp { .. });
+    let shown = error.to_string();
+    assert!(shown.contains("?leak=<redacted>&again=<r: only"), "{shown}");
+    assert!(!shown.contains("oci-test"), "{shown}");
+
+    // Each form a server could repeat it in, wherever it stands in a text;
+    // nothing else is touched.
+    for form in [
+        PASSWORD,
+        URL_ENCODED,
+        "oci-test+Pa55%2Fw0rd%2B",
+        "oci-test%20Pa55%2fw0rd%2b",
+        basic.as_str(),
+        basic.trim_end_matches('='),
+        &STANDARD.encode(PASSWORD),
+    ] {
+        let text = format!("said: {form}.");
+        let blanked = secrets::redact(&text);
+        assert!(
+            blanked.starts_with("said: <redacted>") && !blanked.contains("w0rd"),
+            "{text} -> {blanked}"
+        );
+    }
+    assert_eq!(secrets::redact("oci-test Pa55"), "oci-test Pa55");
+}
