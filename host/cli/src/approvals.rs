@@ -37,7 +37,8 @@ const FORMAT: u32 = 2;
 /// A project manifest's path as its approval names it: its folder's real
 /// path and its own file name (see the module's documentation).
 pub(crate) fn locate(path: &Path) -> CliResult<PathBuf> {
-    let cannot = |why: String| Failure::config(format!("cannot read manifest {}: {why}", shown(path)));
+    let cannot =
+        |why: String| Failure::config(format!("cannot read manifest {}: {why}", shown(path)));
     let name = (path.file_name()).ok_or_else(|| cannot("it names no file".into()))?;
     let folder = match path.parent() {
         Some(folder) if !folder.as_os_str().is_empty() => folder,
@@ -235,7 +236,10 @@ pub(crate) fn approve(located: &Path, home: &DshHome) -> CliResult<NewApproval> 
             path: located.display().to_string(),
             sha256: sha256_hex(text.as_bytes()),
         },
-        files: covered.iter().map(|(_, _, covered)| covered.clone()).collect(),
+        files: covered
+            .iter()
+            .map(|(_, _, covered)| covered.clone())
+            .collect(),
     };
     let json = serde_json::to_string_pretty(&record).map_err(Failure::runtime)?;
     let path = record_path(home, located);

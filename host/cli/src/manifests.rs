@@ -340,7 +340,11 @@ pub(crate) fn trust(args: TrustArgs) -> CliResult<ExitCode> {
             shown_path(&file.path)
         );
     }
-    let them = if approval.files.is_empty() { "it" } else { "any of them" };
+    let them = if approval.files.is_empty() {
+        "it"
+    } else {
+        "any of them"
+    };
     println!("a change to {them} needs `dsh-env trust` again");
     Ok(ExitCode::SUCCESS)
 }

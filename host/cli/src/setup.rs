@@ -12,8 +12,8 @@ use dsh_env::__internal::{
 };
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
-    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration,
-    Registry, Tiering, ToolExecution, Trust,
+    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
+    ToolExecution, Trust,
 };
 use dsh_env_harness::hooks::{HookDialect, Hooks};
 
@@ -63,22 +63,22 @@ impl HooksArg {
                 let (path, origin) = (&hooks.setting.path, hooks.setting.origin.as_str());
                 // Approved with a project manifest: the text approved runs.
                 let hooks = match &hooks.approved {
-                    Some(text) => Hooks::parse(text, &path.display().to_string(), dialect, registry),
+                    Some(text) => {
+                        Hooks::parse(text, &path.display().to_string(), dialect, registry)
+                    }
                     None => Hooks::from_file(path, dialect, registry),
                 };
                 (hooks, Some(origin))
             }
             (None, None) => return Ok(None),
         };
-        hooks
-            .map(Some)
-            .map_err(|err| {
-                let path = escape_controls(&err.path);
-                Failure::config(match origin {
-                    Some(origin) => format!("hooks file {path} ({origin}): {}", err.message),
-                    None => format!("hooks file {path}: {}", err.message),
-                })
+        hooks.map(Some).map_err(|err| {
+            let path = escape_controls(&err.path);
+            Failure::config(match origin {
+                Some(origin) => format!("hooks file {path} ({origin}): {}", err.message),
+                None => format!("hooks file {path}: {}", err.message),
             })
+        })
     }
 }
 

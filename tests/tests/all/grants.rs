@@ -193,9 +193,13 @@ async fn grants_config_is_served_and_may_not_repeat_a_config_key() {
 async fn a_managed_env_grant_is_refused_at_registration_however_it_was_described() {
     let registry = registry();
     let mut spec = ContributorSpec::file(artifacts::PUPPET);
-    spec.config = [("name", "stale"), ("keys", "DSH_STALE=s"), ("resolve", "env")]
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .into();
+    spec.config = [
+        ("name", "stale"),
+        ("keys", "DSH_STALE=s"),
+        ("resolve", "env"),
+    ]
+    .map(|(key, value)| (key.to_string(), value.to_string()))
+    .into();
     spec.grants.env = vec![
         ("PATH".into(), "/bin".into()),
         ("dsh_home".into(), "/outer/home".into()),

@@ -258,7 +258,11 @@ fn an_approval_belongs_to_the_path_where_the_manifest_was_found() {
     // Approved in B, B's own hooks and component, beside the link, are used.
     let out = run_in(&f, &b, &["trust"], &[]);
     succeeded("trust in b", &out);
-    assert!(stdout(&out).contains(&b_shown.to_string()), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&b_shown.to_string()),
+        "{}",
+        stdout(&out)
+    );
     let out = run_in(&f, &b, &["list"], &[]);
     succeeded("list in b", &out);
     let listed = stdout(&out);
@@ -296,7 +300,10 @@ fn an_approval_covers_the_hooks_file_and_an_edit_to_it_asks_again() {
     let hooks_digest = sha256_of(hooks.to_str().unwrap());
     for needle in [
         format!("approved {}", manifest.display()),
-        format!("approved its hooks file {} (sha256 {hooks_digest})", hooks.display()),
+        format!(
+            "approved its hooks file {} (sha256 {hooks_digest})",
+            hooks.display()
+        ),
         "a change to any of them needs `dsh-env trust` again".into(),
     ] {
         assert!(said.contains(&needle), "`{needle}` not in: {said}");
@@ -369,7 +376,10 @@ fn an_env_grant_of_a_managed_name_is_refused_naming_the_contributor_and_the_name
             &format!("contributor {PUPPET}"),
             &format!("grants.env names `{name}`"),
         ];
-        let out = f.run(&["resolve", "--manifest", manifest, "--home", &f.home()], &outer);
+        let out = f.run(
+            &["resolve", "--manifest", manifest, "--home", &f.home()],
+            &outer,
+        );
         assert_config_error(&out, &refusal);
         let out = f.run(&["trust", manifest, "--home", &f.home()], &outer);
         assert_config_error(&out, &refusal);

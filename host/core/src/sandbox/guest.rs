@@ -15,8 +15,8 @@ use super::files::{FileHost, OpenFiles};
 use super::trace::{Sought, SoughtHost};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
-use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 use crate::keys::is_managed_name;
+use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
 use crate::spec::Grants;
 use crate::{epoch, limits};
 
