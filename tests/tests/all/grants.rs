@@ -205,7 +205,7 @@ async fn a_managed_env_grant_is_refused_at_registration_however_it_was_described
         ("dsh_home".into(), "/outer/home".into()),
     ];
     let Err(err) = registry.register_spec(&spec).await else {
-        panic!("registered with a grant of dsh_home");
+        panic!("a DSH_* env grant was registered");
     };
     assert_eq!(
         err.to_string(),
