@@ -147,7 +147,7 @@ async fn env_grants_copy_only_the_named_host_variables() {
     let cwd = tempfile::tempdir().unwrap();
     let granted = probe(
         "env",
-        "env = [\"HOME\", \"DSH_ENV_TEST_UNSET_VARIABLE\"]",
+        "env = [\"HOME\", \"GRANT_TEST_UNSET_VARIABLE\"]",
         cwd.path(),
     )
     .await

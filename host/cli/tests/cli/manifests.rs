@@ -272,6 +272,15 @@ fn an_approval_belongs_to_the_path_where_the_manifest_was_found() {
     );
     succeeded("run in b", &run_in(&f, &b, &["run", "--", "true"], &[]));
     assert!(b_ran.exists());
+
+    // A checkout whose `.dsh` folder links to A's is in A's folder: A's
+    // approval holds there, for A's own hooks.
+    let c = f.path("c");
+    std::fs::create_dir(&c).unwrap();
+    std::os::unix::fs::symlink(a.join(".dsh"), c.join(".dsh")).unwrap();
+    std::fs::remove_file(&a_ran).unwrap();
+    succeeded("run in c", &run_in(&f, &c, &["run", "--", "true"], &[]));
+    assert!(a_ran.exists());
 }
 
 /// A project manifest's approval covers the hooks file it names: `trust`
