@@ -1,18 +1,20 @@
-// The npm package stands alone: `npm pack` of the package and of its
-// platform package (holding the addon and, beside it, the compile helper),
-// installed from those tarballs alone into a fresh project outside the
-// repository, with a fresh HOME and no PATH change, registers, collects and
-// execs every example contributor, from `require` and from `import`. It
-// packs what the workspace build made (no second build).
+// The npm package stands alone: the package and its platform package
+// (holding the addon and, beside it, the compile helper), as
+// `scripts/npm-package` packs them, installed from those tarballs alone into
+// a fresh project outside the repository, with a fresh HOME and no PATH
+// change, register, collect and exec every example contributor, from
+// `require` and from `import`. It packs the test command's own build
+// (`--profile dev`, no second build: the default `perf` would build wasmtime
+// again, about 10 minutes of both cores).
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { guest, polyglot, target } from './fixture.mjs';
+import { guest, polyglot } from './fixture.mjs';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const pkg = resolve(here, '..');
@@ -52,21 +54,20 @@ test('the packed package, installed alone, registers, collects and execs the exa
     const npmEnv = { HOME: home, PATH: `${dirname(process.execPath)}:/usr/bin:/bin`, npm_config_cache: join(dir, 'npm-cache'), npm_config_update_notifier: 'false' };
     const npm = (cwd, args) => execFileSync('npm', [...args, '--no-audit', '--no-fund', '--loglevel=error'], { cwd, env: npmEnv, encoding: 'utf8' });
 
-    const platform = join(dir, 'linux-x64-gnu');
-    cpSync(join(pkg, 'npm/linux-x64-gnu'), platform, { recursive: true, filter: (f) => !/\.node$|dsh-env-compile$/.test(f) });
-    execFileSync(process.execPath, [join(pkg, 'scripts/artifacts.mjs'), join(target, 'debug/libdsh_env_node.so'), join(target, 'debug/dsh-env-compile'), platform]);
-    // A user's package carries no test-only code: the workspace's test
-    // contract (dsh-env's `test-contract` feature) is in test builds only.
-    assert.ok(!readFileSync(join(platform, 'dsh-env.linux-x64-gnu.node')).includes('0.2.0-test'), 'the addon binds the test contract');
     const packed = join(dir, 'packed');
-    mkdirSync(packed);
-    npm(platform, ['pack', '--pack-destination', packed]);
-    npm(pkg, ['pack', '--pack-destination', packed]);
+    execFileSync(join(pkg, '../../scripts/npm-package'), ['--profile', 'dev', packed], {
+      env: { ...process.env, npm_config_cache: npmEnv.npm_config_cache, npm_config_update_notifier: 'false' },
+      encoding: 'utf8',
+    });
     const tarballs = readdirSync(packed).sort();
     assert.deepEqual(tarballs, ['dsh-env-node-0.1.0.tgz', 'dsh-env-node-linux-x64-gnu-0.1.0.tgz']);
     const listing = (name) => execFileSync('tar', ['tzf', join(packed, name)], { encoding: 'utf8' }).split('\n').filter(Boolean).sort();
     assert.deepEqual(listing(tarballs[1]), ['package/README.md', 'package/dsh-env-compile', 'package/dsh-env.linux-x64-gnu.node', 'package/package.json']);
     assert.ok(!listing(tarballs[0]).some((f) => f.endsWith('.node') || f.endsWith('dsh-env-compile')), 'the main package carries no binary');
+    // A user's package carries no test-only code: the workspace's test
+    // contract (dsh-env's `test-contract` feature) is in test builds only.
+    const addon = execFileSync('tar', ['xzOf', join(packed, tarballs[1]), 'package/dsh-env.linux-x64-gnu.node'], { maxBuffer: 1 << 30 });
+    assert.ok(!addon.includes('0.2.0-test'), 'the addon binds the test contract');
 
     const project = join(dir, 'project');
     mkdirSync(project);

@@ -54,6 +54,7 @@ fn main() {
     if std::env::var_os(FIRST_RUN_CHILD).is_some() {
         return first_run_child();
     }
+    build_compile_helper();
     let args: Vec<String> = std::env::args().collect();
     let as_json = args.iter().any(|a| a == "--json");
     let budget = if args.iter().any(|a| a == "--quick") {
@@ -89,6 +90,30 @@ fn main() {
     } else {
         print_report(&report);
     }
+}
+
+/// Builds the compile helper `dsh-env-compile` into this bench's profile
+/// directory, where the registries find it (beside `deps/`, as tests find
+/// theirs): a bench builds only its own package, and the helper is a binary
+/// of the core's, so a fresh clone has none there until this runs. A plain
+/// `cargo build` of it (no `-p`) resolves features as the bench did, but for
+/// the core's test-only contract, so it builds the core again, not wasmtime.
+fn build_compile_helper() {
+    let exe = std::env::current_exe().unwrap();
+    // The bench runs as <target>/<profile dir>/deps/collect-<hash>.
+    let dir = exe.parent().and_then(Path::parent).and_then(Path::file_name);
+    let profile = match dir.and_then(|dir| dir.to_str()).unwrap_or("debug") {
+        "debug" => "dev",
+        other => other,
+    };
+    eprintln!("building the compile helper: cargo build --profile {profile} --bin dsh-env-compile");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let status = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace)
+        .args(["build", "--profile", profile, "--bin", "dsh-env-compile"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the compile helper failed: {status}");
 }
 
 /// A runtime as the CLI runs one: multi-thread, with two workers.
