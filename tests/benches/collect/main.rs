@@ -101,7 +101,10 @@ fn main() {
 fn build_compile_helper() {
     let exe = std::env::current_exe().unwrap();
     // The bench runs as <target>/<profile dir>/deps/collect-<hash>.
-    let dir = exe.parent().and_then(Path::parent).and_then(Path::file_name);
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name);
     let profile = match dir.and_then(|dir| dir.to_str()).unwrap_or("debug") {
         "debug" => "dev",
         other => other,
@@ -113,7 +116,10 @@ fn build_compile_helper() {
         .args(["build", "--profile", profile, "--bin", "dsh-env-compile"])
         .status()
         .unwrap();
-    assert!(status.success(), "building the compile helper failed: {status}");
+    assert!(
+        status.success(),
+        "building the compile helper failed: {status}"
+    );
 }
 
 /// A runtime as the CLI runs one: multi-thread, with two workers.
