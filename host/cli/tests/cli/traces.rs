@@ -57,7 +57,7 @@ fn verbose_prints_the_collect_and_each_contributor_span_as_it_closes() {
 mod otlp {
     use std::collections::BTreeMap;
     use std::io::{BufRead, BufReader, ErrorKind, Read};
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
 
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -91,24 +91,35 @@ mod otlp {
     /// `answer` (a whole HTTP/1.1 response), and sends what it got down the
     /// channel. Its thread ends with the test process.
     fn receiver_answering(answer: &'static str) -> (String, mpsc::Receiver<Received>) {
+        collector(move |stream, mut reader, sender| {
+            // Requests on one connection, until it closes.
+            while let Some(request) = read_request(&mut reader) {
+                // Recorded before it is answered: the exporter waits
+                // for the answer before the process exits.
+                let _ = sender.send(request);
+                if std::io::Write::write_all(&mut &stream, answer.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// A collector on 127.0.0.1: `serve` runs on a thread of its own for
+    /// each connection, with a reader over it and a sender down the channel
+    /// returned beside the endpoint. Its threads end with the test process.
+    fn collector<T: Send + 'static>(
+        serve: impl Fn(TcpStream, BufReader<TcpStream>, mpsc::Sender<T>) + Clone + Send + 'static,
+    ) -> (String, mpsc::Receiver<T>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let (sender, received) = mpsc::channel();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let sender = sender.clone();
+                let (sender, serve) = (sender.clone(), serve.clone());
                 std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    // Requests on one connection, until it closes.
-                    while let Some(request) = read_request(&mut reader) {
-                        // Recorded before it is answered: the exporter waits
-                        // for the answer before the process exits.
-                        let _ = sender.send(request);
-                        if std::io::Write::write_all(&mut &stream, answer.as_bytes()).is_err() {
-                            return;
-                        }
-                    }
+                    let reader = BufReader::new(stream.try_clone().unwrap());
+                    serve(stream, reader, sender);
                 });
             }
         });
@@ -164,32 +175,21 @@ mod otlp {
     /// only after [`STALL`], unless the exporter hangs up first; it sends
     /// down the channel, per request, whether the exporter hung up first.
     fn stalling() -> (String, mpsc::Receiver<bool>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        let (sender, abandoned) = mpsc::channel();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let sender = sender.clone();
-                std::thread::spawn(move || {
-                    let mut reader = BufReader::new(stream.try_clone().unwrap());
-                    if read_request(&mut reader).is_none() {
-                        return;
-                    }
-                    stream.set_read_timeout(Some(STALL)).unwrap();
-                    let hung_up = match reader.read(&mut [0; 1]) {
-                        Ok(0) => true,
-                        Ok(_) => false,
-                        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
-                    };
-                    if !hung_up {
-                        let _ = std::io::Write::write_all(&mut &stream, OK.as_bytes());
-                    }
-                    let _ = sender.send(hung_up);
-                });
+        collector(|stream, mut reader, sender| {
+            if read_request(&mut reader).is_none() {
+                return;
             }
-        });
-        (endpoint, abandoned)
+            stream.set_read_timeout(Some(STALL)).unwrap();
+            let hung_up = match reader.read(&mut [0; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            };
+            if !hung_up {
+                let _ = std::io::Write::write_all(&mut &stream, OK.as_bytes());
+            }
+            let _ = sender.send(hung_up);
+        })
     }
 
     /// A home whose components are compiled, so that a resolve is quick and
