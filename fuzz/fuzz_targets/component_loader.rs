@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use dsh_env::{Agent, DshHome, Limits, Registry, ToolExecution};
+use dsh_env::{CollectOptions, Collection, LoadFrom, LoadOptions};
 use libfuzzer_sys::fuzz_target;
 use tokio::runtime::Runtime;
 
@@ -35,7 +36,13 @@ fn host() -> &'static (Registry, Runtime) {
 
 fuzz_target!(|data: &[u8]| {
     let (registry, runtime) = host();
-    let Ok(component) = registry.load_bytes("fuzz", data) else {
+    let Ok(component) = registry.load(
+        LoadFrom::Bytes {
+            origin: "fuzz",
+            bytes: data,
+        },
+        &LoadOptions::new(),
+    ) else {
         return;
     };
     let component = component.with_limits(Limits {
@@ -57,7 +64,9 @@ fuzz_target!(|data: &[u8]| {
             ToolExecution::new("c", "bash").with_agent(agent),
             ToolExecution::new("c", "bash"),
         ] {
-            if let Ok(overlay) = registry.collect(&execution).await {
+            if let Ok(Collection { overlay, .. }) =
+                registry.collect(&execution, &CollectOptions::new()).await
+            {
                 assert_eq!(overlay.get("DSH_SHELL"), Some("1"), "built-ins win");
                 assert!(overlay.iter().all(|(_, value)| !value.contains('\0')));
             }

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use dsh_env::{
-    Agent, ContributorComponent, DshHome, HostLimits, Registry, Runtime, ToolExecution, Trust,
+    Agent, ContributorComponent, DshHome, HostLimits, LoadError, Registry, RegistryError, Runtime,
+    ToolExecution, Trust,
 };
+use dsh_env::{LoadFrom, LoadOptions};
 
 pub mod rules;
 
@@ -75,9 +77,17 @@ fn configured(registry: &Registry, path: &str, config: &[(&str, &str)]) -> Contr
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     registry
-        .load_file(path.as_ref())
+        .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
         .unwrap()
         .with_config(config)
+}
+
+/// The load failure `err` is, as a load from a file or bytes fails.
+pub fn load_error(err: RegistryError) -> LoadError {
+    match err {
+        RegistryError::Load(err) => err,
+        other => panic!("not a load failure: {other}"),
+    }
 }
 
 /// A foreground bash call `call_id` made by agent `session_id`.
@@ -97,7 +107,7 @@ pub fn agent_call_in(call_id: &str, session_id: &str, cwd: &str) -> ToolExecutio
 
 /// The workload of the leak test and bench: three contributors per cycle.
 pub mod leak {
-    use dsh_env::{OnError, Registration, Registry};
+    use dsh_env::{LoadFrom, LoadOptions, OnError, Registration, Registry};
 
     use super::{artifacts, puppet};
 
@@ -116,7 +126,10 @@ pub mod leak {
     /// a store and an error.
     pub async fn contributors(registry: &Registry) -> Vec<Registration> {
         let lineage = registry
-            .load_file(artifacts::AGENT_LINEAGE.as_ref())
+            .load(
+                LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap();
         let echo = puppet(
             registry,

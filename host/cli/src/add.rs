@@ -22,6 +22,7 @@ use dsh_env::{
     ContributorComponent, ContributorEntry, CwdGrant, GrantsEntry, HostEnv, Manifest, OciReference,
     RawDeclaration, Registry, Store,
 };
+use dsh_env::{LoadFrom, LoadOptions};
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, value};
 
 use crate::failure::{CliResult, Failure};
@@ -151,11 +152,14 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         dsh_env::Tiering::Optimized,
         Some(&manifest),
     )?;
-    let component = match &pulled {
-        Some(pulled) => registry.load_pulled(&spec, pulled.artifact()),
-        None => registry.load_spec(&spec),
-    }
-    .map_err(Failure::config)?;
+    let from = match &pulled {
+        Some(pulled) => LoadFrom::Pulled {
+            spec: &spec,
+            artifact: pulled.artifact(),
+        },
+        None => LoadFrom::Spec(&spec),
+    };
+    let component = (registry.load(from, &LoadOptions::new())).map_err(Failure::config)?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
     Review {
         origin: &origin,

@@ -11,6 +11,7 @@ use dsh_env::__internal::read_signature;
 use dsh_env::__internal::sha256_hex;
 use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env::{Agent, Collection, ContributorComponent, Registry, ToolExecution};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use serde_json::json;
 
 use crate::failure::{CliResult, Failure};
@@ -88,7 +89,13 @@ pub(crate) async fn run(
         .map_err(|e| Failure::config(format!("cannot read component {e}")))?;
     let sha256 = sha256_hex(&bytes);
     let component = registry
-        .load_bytes(&shown_file, &bytes)
+        .load(
+            LoadFrom::Bytes {
+                origin: &shown_file,
+                bytes: &bytes,
+            },
+            &LoadOptions::new(),
+        )
         .map_err(Failure::config)?
         .with_config(config);
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::runtime)?;
@@ -232,7 +239,10 @@ async fn dry_run(
 ) -> Result<Collection, String> {
     // Held until the call is done: dropping a registration removes it.
     let _registered = (registry.register(component).await).map_err(|e| e.to_string())?;
-    match registry.collect_contributor(name, execution).await {
+    match registry
+        .collect(execution, &CollectOptions::new().only(name))
+        .await
+    {
         Ok(Some(collection)) => Ok(collection),
         Ok(None) => Err(format!(
             "no contributor `{}` was registered",

@@ -26,7 +26,7 @@ pub(crate) struct Args {
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     // Explaining is how a user finds out why a manifest was not loaded.
-    let (registered, collection) = args.call.collect_traced(Approval::Reported).await?;
+    let (registered, collection) = args.call.collect_with_traces(Approval::Reported).await?;
     let (registry, home_origin) = (&registered.registry, &registered.home_origin);
     let listing: BTreeMap<String, (String, String)> = registry
         .list()

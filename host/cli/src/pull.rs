@@ -17,6 +17,7 @@ use dsh_env::__internal::escape_controls;
 use dsh_env::{
     ContributorSource, ContributorSpec, HostEnv, OciReference, Registry, Store, Tiering,
 };
+use dsh_env::{LoadFrom, LoadOptions};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::resolve_home;
@@ -149,7 +150,7 @@ async fn pull_one(
         return Outcome::Present;
     };
     if store.load(reference).is_ok() {
-        if optimize && let Err(e) = registry.load_spec(spec) {
+        if optimize && let Err(e) = registry.load(LoadFrom::Spec(spec), &LoadOptions::new()) {
             return Outcome::Failed(e.to_string());
         }
         return Outcome::Present;
@@ -165,7 +166,8 @@ async fn pull_one(
     };
     // The checks a load makes (the entry's pin, `[trust]`, a component that
     // compiles), on the bytes in memory: a refused artifact is never stored.
-    if let Err(e) = registry.load_pulled(spec, fetched.artifact()) {
+    let artifact = fetched.artifact();
+    if let Err(e) = registry.load(LoadFrom::Pulled { spec, artifact }, &LoadOptions::new()) {
         return Outcome::Failed(e.to_string());
     }
     let bytes = fetched.artifact().wasm.len() as u64;

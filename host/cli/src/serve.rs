@@ -32,6 +32,7 @@ use std::time::Duration;
 use crate::harness::EnvChanges;
 use crate::setup::Registered;
 use dsh_env::__internal::{escape_controls, unknown_key};
+use dsh_env::CollectOptions;
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
@@ -636,7 +637,8 @@ impl Server {
                 Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
             }
             Call::Explain(params) => {
-                let collection = (self.registry.collect_traced(&params.execution).await)
+                let options = CollectOptions::new().traced(true);
+                let collection = (self.registry.collect(&params.execution, &options).await)
                     .map_err(|err| RpcError::app(&err).naming(&err))?;
                 let omitted: Vec<String> =
                     collection.omitted.iter().map(ToString::to_string).collect();
@@ -746,7 +748,7 @@ impl Server {
     /// The overlay for `execution`.
     async fn collect(&self, execution: &ToolExecution) -> Result<Collection, RpcError> {
         self.registry
-            .collect_report(execution)
+            .collect(execution, &CollectOptions::new())
             .await
             .map_err(|err| RpcError::app(&err).naming(&err))
     }

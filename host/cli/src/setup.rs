@@ -10,6 +10,7 @@ use clap::Args;
 use dsh_env::__internal::{
     MAX_EXECUTION_BYTES, compile, escape_controls, read_capped, read_regular_text, utf8,
 };
+use dsh_env::CollectOptions;
 use dsh_env::EnvironmentPolicy;
 use dsh_env::{
     ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
@@ -162,15 +163,15 @@ impl Call {
 
     /// Opens the registry (an unapproved project manifest skipped as
     /// `approval` says) and collects for the execution, keeping what each
-    /// call showed of itself ([`dsh_env::Registry::collect_traced`]).
-    pub(crate) async fn collect_traced(
+    /// call showed of itself ([`CollectOptions::traced`]).
+    pub(crate) async fn collect_with_traces(
         &self,
         approval: Approval,
     ) -> CliResult<(Registered, Collection)> {
         let execution = self.execution.load()?;
         let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
         let collection = (registered.registry)
-            .collect_traced(&execution)
+            .collect(&execution, &CollectOptions::new().traced(true))
             .await
             .map_err(Failure::runtime)?;
         Ok((registered, collection))
@@ -183,7 +184,7 @@ pub(crate) async fn collect(
     execution: &ToolExecution,
 ) -> CliResult<Collection> {
     (registered.registry)
-        .collect_report(execution)
+        .collect(execution, &CollectOptions::new())
         .await
         .map_err(Failure::runtime)
 }

@@ -237,9 +237,9 @@ impl ArtifactCache {
 
     /// The component in the file at `path`: mapped from a sealed entry when
     /// the file is unchanged since it was aliased (left to the caller to
-    /// deserialize if `defer`), else as [`Self::load_bytes`] loads its bytes.
+    /// deserialize if `defer`), else as [`Self::compiled_bytes`] loads its bytes.
     /// Cache trouble only costs a read or a recompile.
-    pub(crate) fn load_file(
+    pub(crate) fn compiled_file(
         &self,
         engine: &Engine,
         path: &Path,
@@ -319,7 +319,7 @@ impl ArtifactCache {
     /// sound entry when one exists, else compiled with `compile` under
     /// `bounds` and stored, unless those bytes already ran out of limits no
     /// higher than `bounds`.
-    pub(crate) fn load_bytes(
+    pub(crate) fn compiled_bytes(
         &self,
         engine: &Engine,
         bytes: &[u8],
@@ -369,7 +369,7 @@ impl ArtifactCache {
         self.dir.join(format!("{content}-{key}-{tag}.declaration"))
     }
 
-    /// [`Self::load_bytes`] for an engine `tag` already computed.
+    /// [`Self::compiled_bytes`] for an engine `tag` already computed.
     fn load_keyed(
         &self,
         engine: &Engine,

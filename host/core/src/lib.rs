@@ -3,7 +3,7 @@
 //!
 //! The path of one execution: [`Registry::collect`] runs every registered
 //! contributor in a fresh sandboxed instance, checks its output against its
-//! [`Declaration`], and returns one immutable [`Overlay`];
+//! [`Declaration`], and returns one immutable [`Overlay`] (in a [`Collection`]);
 //! [`child_environment`] then builds a child's environment from
 //! the inherited one, the caller's env and that overlay.
 //!
@@ -73,7 +73,8 @@ pub use manifest::{
 };
 pub use overlay::Overlay;
 pub use registry::{
-    Absence, Collection, ContributorError, ContributorListing, FailureCause, KeyListing,
+    Absence, CollectAll, CollectEachAlone, CollectOnly, CollectOptions, CollectScope, Collection,
+    ContributorError, ContributorListing, FailureCause, KeyListing, LoadFrom, LoadOptions,
     NativeContributor, Registration, Registry, RegistryBuilder, RegistryError,
 };
 pub use runtime::Runtime;

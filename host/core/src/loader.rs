@@ -240,7 +240,7 @@ fn open_later(
                 later.artifact.display(),
                 later.path.display()
             );
-            let again = cache.load_file(engine, later.path, bounds, compile, false)?;
+            let again = cache.compiled_file(engine, later.path, bounds, compile, false)?;
             if again.content != later.content {
                 return Err(changed(later.path, later.content, &again.content));
             }
@@ -267,7 +267,7 @@ fn changed(path: &std::path::Path, was: &str, now: &str) -> String {
 }
 
 /// `source` from `cache`, compiled with `compile` on a miss (see
-/// [`ArtifactCache::load_file`] for `defer`).
+/// [`ArtifactCache::compiled_file`] for `defer`).
 fn load_from(
     cache: &ArtifactCache,
     engine: &Engine,
@@ -277,8 +277,8 @@ fn load_from(
     defer: bool,
 ) -> Result<Loaded, LoadErrorKind> {
     match source {
-        Source::File(path) => cache.load_file(engine, path, bounds, compile, defer),
-        Source::Bytes(bytes) => cache.load_bytes(engine, bytes, bounds, compile),
+        Source::File(path) => cache.compiled_file(engine, path, bounds, compile, defer),
+        Source::Bytes(bytes) => cache.compiled_bytes(engine, bytes, bounds, compile),
     }
 }
 

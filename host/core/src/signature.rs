@@ -164,8 +164,8 @@ pub enum SignatureError {
     /// Under a trust with keys, a component whose signature was not checked
     /// under that trust was given to a registry.
     #[error(
-        "{} was loaded without this registry's [trust] check; load it with \
-         Registry::load_spec (or register_spec) to check its signature",
+        "{} was loaded without this registry's [trust] check; load it from \
+         a LoadFrom::Spec (or register_spec) to check its signature",
         escape_controls(.origin)
     )]
     Unchecked {

@@ -51,7 +51,7 @@ use crate::executor::{
 };
 use crate::session::Session;
 use dsh_env::__internal::{escape_controls, unknown_key};
-use dsh_env::{Agent, Mode, Registry, ToolExecution};
+use dsh_env::{Agent, CollectOptions, Mode, Registry, ToolExecution};
 
 /// Whose payload shape to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -798,8 +798,12 @@ impl<E: ShellExecutor> Hooks<E> {
         };
         let mut execution = ToolExecution::new(format!("hook-{}-{index}", event.name()), "hook");
         execution.agent = context.agent.clone();
-        let overlay = match self.registry.collect(&execution).await {
-            Ok(overlay) => overlay,
+        let overlay = match self
+            .registry
+            .collect(&execution, &CollectOptions::new())
+            .await
+        {
+            Ok(collection) => collection.overlay,
             Err(err) => {
                 run.stderr = format!("hook not run: {err}");
                 return run;

@@ -261,11 +261,11 @@ impl SessionStore {
     /// Loads session `id` (resume keeps its id). A final line that does not
     /// parse (a torn append by another writer) is dropped, not fatal.
     pub fn load(&self, id: &str) -> Result<Session, SessionError> {
-        load_file(&self.path(id)?, id)
+        read_session_file(&self.path(id)?, id)
     }
 }
 
-fn load_file(path: &Path, id: &str) -> Result<Session, SessionError> {
+fn read_session_file(path: &Path, id: &str) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
     // The model can run commands under the home: a session file may have
     // become a FIFO, or grown without end.

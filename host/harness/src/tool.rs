@@ -12,7 +12,7 @@ use serde::Deserialize;
 pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
 use dsh_env::__internal::escape_controls;
-use dsh_env::{ContributorError, Registry};
+use dsh_env::{CollectOptions, ContributorError, Registry};
 use dsh_env::{Mode, ToolExecution};
 
 /// The tool's name.
@@ -114,7 +114,8 @@ impl<E: ShellExecutor> BashTool<E> {
             Mode::Foreground
         };
         let execution = execution.clone().with_mode(mode);
-        let overlay = self.registry.collect(&execution).await?;
+        let options = CollectOptions::new();
+        let overlay = self.registry.collect(&execution, &options).await?.overlay;
         let workdir = (execution.agent.as_ref().and_then(|a| a.cwd.as_ref()))
             .map_or_else(|| self.default_workdir.clone(), PathBuf::from);
         let timeout = arguments

@@ -21,6 +21,7 @@ use dsh_env::{
     HomeSetting, HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError,
     ToolExecution,
 };
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env::{EnvironmentEntry, TrustEntry};
 use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};
 use dsh_env_harness::{
@@ -294,10 +295,12 @@ impl Registry {
         let registry = self.inner.clone();
         // Loading may compile in a child process: a blocking wait, kept off
         // the runtime's workers.
-        let component = tokio::task::spawn_blocking(move || registry.load_spec(&spec))
-            .await
-            .map_err(|e| invalid(format!("register: {e}")))?
-            .map_err(|e| refused(&e))?;
+        let component = tokio::task::spawn_blocking(move || {
+            registry.load(LoadFrom::Spec(&spec), &LoadOptions::new())
+        })
+        .await
+        .map_err(|e| invalid(format!("register: {e}")))?
+        .map_err(|e| refused(&e))?;
         let registration = (self.inner.register(component).await).map_err(|e| refused(&e))?;
         Ok(self.hold(registration))
     }
@@ -389,7 +392,7 @@ impl Registry {
         let execution = self::execution(&execution)?;
         let registry = self.inner.clone();
         let mut collection = Box::pin(async move {
-            let collection = registry.collect_report(&execution).await;
+            let collection = registry.collect(&execution, &CollectOptions::new()).await;
             Ok(collection_json(collection.map_err(|e| failed(&e))?))
         });
         if !self.waited.load(Ordering::Relaxed) {
@@ -424,7 +427,9 @@ impl Registry {
     #[napi(ts_return_type = "Promise<string>")]
     pub async fn explain(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
-        let collection = (self.inner.collect_traced(&execution).await).map_err(|e| failed(&e))?;
+        let options = CollectOptions::new().traced(true);
+        let collection =
+            (self.inner.collect(&execution, &options).await).map_err(|e| failed(&e))?;
         let why_absent = serde_json::to_value(self.inner.absences(&collection)).map_err(invalid)?;
         let mut answer = collection_value(collection);
         answer["why_absent"] = why_absent;
@@ -449,7 +454,10 @@ impl Registry {
     #[napi]
     pub fn resolve_each(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
-        let each = run_here(self.inner.collect_each(&execution));
+        let each = run_here(
+            self.inner
+                .collect(&execution, &CollectOptions::new().each_alone()),
+        );
         let answer: serde_json::Map<String, Value> = (each.into_iter())
             .map(|(name, result)| {
                 let value = match result {
@@ -504,7 +512,10 @@ impl Registry {
             }
             None => None,
         };
-        let overlay = (self.inner.collect(&execution).await).map_err(|e| failed(&e))?;
+        let options = CollectOptions::new();
+        let overlay = (self.inner.collect(&execution, &options).await)
+            .map_err(|e| failed(&e))?
+            .overlay;
         self.prepare_in_background();
         let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
             .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
@@ -569,7 +580,7 @@ impl Registration {
     pub fn resolve_sync(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
         let (registry, name) = (&self.registry, self.name.as_str());
-        match run_here(registry.collect_contributor(name, &execution)) {
+        match run_here(registry.collect(&execution, &CollectOptions::new().only(name))) {
             Ok(Some(collection)) => Ok(collection_value(collection).to_string()),
             Ok(None) => Err(failure(
                 format!(

@@ -30,8 +30,8 @@ pub struct Absence {
 
 impl Registry {
     /// Every contributor with declared keys absent from `collection`, by
-    /// name, with its grants and, when the collection was made by
-    /// [`Registry::collect_traced`], the end of its stderr and hints naming
+    /// name, with its grants and, when the collection was traced
+    /// ([`crate::CollectOptions::traced`]), the end of its stderr and hints naming
     /// the grant it lacked. Runs no resolver.
     pub fn absences(&self, collection: &Collection) -> Vec<Absence> {
         let snapshot = self.inner.snapshot();

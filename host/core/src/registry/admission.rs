@@ -16,47 +16,91 @@ use crate::store::{SIGNATURE_ANNOTATION, Store, StoredArtifact};
 use super::error::RegistryError;
 use super::state::Registry;
 
+/// Where [`Registry::load`] takes a component from.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum LoadFrom<'a> {
+    /// A file: compiled, or mapped from the cache when it is unchanged
+    /// since it was compiled. Nothing is checked: under a trust with keys,
+    /// such a component is refused at registration.
+    File(&'a Path),
+    /// Bytes in memory, compiled or taken from the cache. Nothing is
+    /// checked, as for [`LoadFrom::File`].
+    Bytes {
+        /// Names the component in errors.
+        origin: &'a str,
+        /// The component.
+        bytes: &'a [u8],
+    },
+    /// What a spec describes, with its config, limits, grants and failure
+    /// policy. A pinned (`sha256`) or signed-under-`[trust]` component is
+    /// read and checked at every load, and the bytes that passed are the
+    /// ones compiled: no cached file identity stands in for the check. The
+    /// signature is checked under the registry's trust
+    /// ([`RegistryBuilder::trust`]).
+    Spec(&'a ContributorSpec),
+    /// [`LoadFrom::Spec`] for a spec whose source is the reference
+    /// `artifact` was pulled by, from `artifact` in memory rather than from
+    /// the store: `add` reviews a pull this way and stores it only once
+    /// accepted, so a refused artifact leaves nothing behind. Any other
+    /// spec loads as by [`LoadFrom::Spec`].
+    Pulled {
+        /// The spec.
+        spec: &'a ContributorSpec,
+        /// What was pulled for its reference.
+        artifact: &'a StoredArtifact,
+    },
+}
+
+/// How [`Registry::load`] loads: the default compiles under the source's
+/// own limits.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct LoadOptions {
+    limits: Option<Limits>,
+}
+
+impl LoadOptions {
+    /// The source's own limits.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The component is compiled under `limits`' compile limits and carries
+    /// `limits`, instead of a spec's own or, for a file or bytes,
+    /// [`Limits::default`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+}
+
 impl Registry {
-    /// Compiles a component from a file under the default compile limits,
-    /// or maps it from the cache when the file is unchanged since it was
-    /// compiled.
-    pub fn load_file(&self, path: &Path) -> Result<ContributorComponent, LoadError> {
-        self.load_file_with(path, &Limits::default())
-    }
-
-    /// [`Registry::load_file`] under `limits`' compile limits; the component
-    /// carries `limits`.
-    pub fn load_file_with(
+    /// Loads a component from `from` as `options` say, ready for
+    /// [`Registry::register`] or [`Registry::check`].
+    pub fn load(
         &self,
-        path: &Path,
-        limits: &Limits,
-    ) -> Result<ContributorComponent, LoadError> {
-        let origin = path.display().to_string();
-        self.load(&origin, Source::File(path), limits)
+        from: LoadFrom<'_>,
+        options: &LoadOptions,
+    ) -> Result<ContributorComponent, RegistryError> {
+        let (given, default) = (options.limits.as_ref(), Limits::default());
+        match from {
+            LoadFrom::File(path) => {
+                let origin = path.display().to_string();
+                Ok(self.compile(&origin, Source::File(path), given.unwrap_or(&default))?)
+            }
+            LoadFrom::Bytes { origin, bytes } => {
+                Ok(self.compile(origin, Source::Bytes(bytes), given.unwrap_or(&default))?)
+            }
+            LoadFrom::Spec(spec) => self.load_checked(spec, None, given.unwrap_or(&spec.limits)),
+            LoadFrom::Pulled { spec, artifact } => {
+                self.load_checked(spec, Some(artifact), given.unwrap_or(&spec.limits))
+            }
+        }
     }
 
-    /// Compiles a component from bytes (or takes it from the cache) under
-    /// the default compile limits; `origin` names it in errors.
-    pub fn load_bytes(
-        &self,
-        origin: &str,
-        bytes: &[u8],
-    ) -> Result<ContributorComponent, LoadError> {
-        self.load_bytes_with(origin, bytes, &Limits::default())
-    }
-
-    /// [`Registry::load_bytes`] under `limits`' compile limits; the
-    /// component carries `limits`.
-    pub fn load_bytes_with(
-        &self,
-        origin: &str,
-        bytes: &[u8],
-        limits: &Limits,
-    ) -> Result<ContributorComponent, LoadError> {
-        self.load(origin, Source::Bytes(bytes), limits)
-    }
-
-    fn load(
+    /// Compiles (or takes from the cache) the component `source` holds.
+    fn compile(
         &self,
         origin: &str,
         source: Source<'_>,
@@ -65,35 +109,13 @@ impl Registry {
         self.inner.loader.load(origin, source, limits)
     }
 
-    /// Loads the component `spec` describes (see [`Registry::load_file_with`])
-    /// with its config, limits, grants and failure policy.
-    ///
-    /// A pinned (`sha256`) or signed-under-`[trust]` component is read and
-    /// checked at every load, and the bytes that passed are the ones
-    /// compiled: no cached file identity stands in for the check. The
-    /// signature is checked under the registry's trust
-    /// ([`RegistryBuilder::trust`]).
-    pub fn load_spec(&self, spec: &ContributorSpec) -> Result<ContributorComponent, RegistryError> {
-        self.load_spec_from(spec, None)
-    }
-
-    /// [`Registry::load_spec`] for a spec whose source is the reference
-    /// `pulled` was pulled by, from `pulled` in memory rather than from the
-    /// store: `add` reviews a pull this way and stores it only once accepted,
-    /// so a refused artifact leaves nothing behind. Any other spec loads as
-    /// by [`Registry::load_spec`].
-    pub fn load_pulled(
-        &self,
-        spec: &ContributorSpec,
-        pulled: &StoredArtifact,
-    ) -> Result<ContributorComponent, RegistryError> {
-        self.load_spec_from(spec, Some(pulled))
-    }
-
-    fn load_spec_from(
+    /// [`LoadFrom::Spec`], from `pulled` when it holds the spec's reference,
+    /// compiled under `limits`.
+    fn load_checked(
         &self,
         spec: &ContributorSpec,
         pulled: Option<&StoredArtifact>,
+        limits: &Limits,
     ) -> Result<ContributorComponent, RegistryError> {
         let trust = &self.inner.trust;
         let origin = spec.origin();
@@ -126,17 +148,20 @@ impl Registry {
                 let signature = read_signature()?;
                 let signer =
                     trust.check(&origin, &[], signature.as_deref(), &signature_location)?;
-                (self.load_file_with(path, &spec.limits)?, signer)
+                (self.compile(&origin, Source::File(path), limits)?, signer)
             }
             ContributorSource::File(path) => {
                 let bytes = read_regular_file(path, MAX_COMPONENT_BYTES)
                     .map_err(|e| LoadError::new(&origin, LoadErrorKind::Read(e.problem.into())))?;
                 let signer = checked(&bytes)?;
-                (self.load_bytes_with(&origin, &bytes, &spec.limits)?, signer)
+                (
+                    self.compile(&origin, Source::Bytes(&bytes), limits)?,
+                    signer,
+                )
             }
             ContributorSource::Bytes { bytes, .. } => {
                 let signer = checked(bytes)?;
-                (self.load_bytes_with(&origin, bytes, &spec.limits)?, signer)
+                (self.compile(&origin, Source::Bytes(bytes), limits)?, signer)
             }
             ContributorSource::Oci(reference) => {
                 // From the store, never the network; the signature is the
@@ -157,7 +182,7 @@ impl Registry {
                 let signature = artifact.signature.as_deref();
                 let signer = trust.check(&origin, &artifact.wasm, signature, &location)?;
                 (
-                    self.load_bytes_with(&origin, &artifact.wasm, &spec.limits)?,
+                    self.compile(&origin, Source::Bytes(&artifact.wasm), limits)?,
                     signer,
                 )
             }
@@ -184,10 +209,9 @@ impl Registry {
     }
 
     /// The trust rule at registration: under a trust with keys, only a
-    /// component whose signature was checked under this same trust (by
-    /// [`Registry::load_spec`]) is registered. A component loaded with
-    /// [`Registry::load_file`] or [`Registry::load_bytes`], or under another
-    /// registry's trust, was not.
+    /// component whose signature was checked under this same trust (loaded
+    /// from a [`LoadFrom::Spec`]) is registered. A component loaded from a
+    /// file or bytes, or under another registry's trust, was not.
     pub(super) fn admit(&self, component: &ContributorComponent) -> Result<(), SignatureError> {
         let trust = &self.inner.trust;
         if !trust.is_active() {

@@ -64,8 +64,8 @@ impl RegistryBuilder {
     /// Registers only what `trust` admits (usually a manifest's `[trust]`,
     /// [`crate::Manifest::trust`]); the default trusts nobody and requires nothing.
     /// It is the one trust rule for every registration, however it is
-    /// made: a manifest, a spec, or a component from
-    /// [`Registry::load_spec`]. Under a trust with keys, a component loaded
+    /// made: a manifest, a spec, or a component loaded from a
+    /// [`crate::LoadFrom::Spec`]. Under a trust with keys, a component loaded
     /// any other way is refused at registration.
     pub fn trust(mut self, trust: Trust) -> Self {
         self.trust = trust;

@@ -26,17 +26,165 @@ pub struct Collection {
     pub overlay: Overlay,
     /// Failures that were omitted rather than failing the execution.
     pub omitted: Vec<ContributorError>,
-    /// What each WASM contributor's call showed of itself, by name: only
-    /// [`Registry::collect_traced`] fills it.
+    /// What each WASM contributor's call showed of itself, by name: only a
+    /// traced collect ([`CollectOptions::traced`]) fills it.
     pub traces: BTreeMap<String, CallTrace>,
+}
+
+/// How [`Registry::collect`] collects: whose `resolve` it runs (the scope
+/// `S`, which decides what it returns) and whether it keeps what each call
+/// showed of itself. [`CollectOptions::new`] is every contributor, untraced.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct CollectOptions<S = CollectAll> {
+    scope: S,
+    traced: bool,
+}
+
+impl CollectOptions {
+    /// Every contributor, into one overlay with the built-ins, untraced.
+    pub fn new() -> Self {
+        CollectOptions {
+            scope: CollectAll,
+            traced: false,
+        }
+    }
+}
+
+impl Default for CollectOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: CollectScope> CollectOptions<S> {
+    /// Also keeps what each WASM contributor's call showed of itself (the
+    /// end of its stderr, and whether it found no directories or no
+    /// environment where it looked), in [`Collection::traces`], for
+    /// [`Registry::absences`]. Slower by a copy of each guest's last words:
+    /// for `explain`, not for every call.
+    pub fn traced(mut self, traced: bool) -> Self {
+        self.traced = traced;
+        self
+    }
+
+    /// The contributor `name` alone, under its `on_error` policy: its
+    /// checked keys (no built-ins) as the overlay, or its omitted failure;
+    /// `None` when no contributor has that name.
+    pub fn only(self, name: impl Into<String>) -> CollectOptions<CollectOnly> {
+        CollectOptions {
+            scope: CollectOnly(name.into()),
+            traced: self.traced,
+        }
+    }
+
+    /// Every contributor alone, by name, in name order: what
+    /// [`CollectOptions::only`] gives each, the execution converted for the
+    /// guests once for all of them. A failure is that contributor's result
+    /// and does not stop the others. For a registry that resolves
+    /// contributors one at a time within one synchronous collect (the
+    /// reference harness's `ctx.shellEnv`): it asks once per collect, not
+    /// once per contributor.
+    pub fn each_alone(self) -> CollectOptions<CollectEachAlone> {
+        CollectOptions {
+            scope: CollectEachAlone,
+            traced: self.traced,
+        }
+    }
+}
+
+/// Whose `resolve` a [`Registry::collect`] runs, and so what it returns:
+/// [`CollectAll`], [`CollectOnly`] or [`CollectEachAlone`] (sealed).
+pub trait CollectScope: sealed::Sealed + Send + Sync {
+    /// What a collect over this scope returns.
+    type Output: Send;
+
+    /// The collect itself (called by [`Registry::collect`]).
+    #[doc(hidden)]
+    fn collect<'a>(
+        &'a self,
+        registry: &'a Registry,
+        execution: &'a ToolExecution,
+        traced: bool,
+    ) -> impl Future<Output = Self::Output> + Send + 'a;
+}
+
+mod sealed {
+    /// Keeps [`super::CollectScope`] to this module's scopes.
+    pub trait Sealed {}
+    impl Sealed for super::CollectAll {}
+    impl Sealed for super::CollectOnly {}
+    impl Sealed for super::CollectEachAlone {}
+}
+
+/// Every contributor, into one overlay with the built-ins (the default scope).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CollectAll;
+
+/// One contributor alone, by name ([`CollectOptions::only`]).
+#[derive(Debug, Clone)]
+pub struct CollectOnly(String);
+
+/// Every contributor alone ([`CollectOptions::each_alone`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CollectEachAlone;
+
+impl CollectScope for CollectAll {
+    /// The overlay; the first failure of a contributor under
+    /// `on_error = "fail"` fails it.
+    type Output = Result<Collection, ContributorError>;
+
+    fn collect<'a>(
+        &'a self,
+        registry: &'a Registry,
+        execution: &'a ToolExecution,
+        traced: bool,
+    ) -> impl Future<Output = Self::Output> + Send + 'a {
+        registry.collect_all(execution, traced)
+    }
+}
+
+impl CollectScope for CollectOnly {
+    /// That contributor's keys or its omitted failure; `None` when no
+    /// contributor has the name.
+    type Output = Result<Option<Collection>, ContributorError>;
+
+    fn collect<'a>(
+        &'a self,
+        registry: &'a Registry,
+        execution: &'a ToolExecution,
+        traced: bool,
+    ) -> impl Future<Output = Self::Output> + Send + 'a {
+        registry.collect_only(&self.0, execution, traced)
+    }
+}
+
+impl CollectScope for CollectEachAlone {
+    /// Each contributor's own result, by name, in name order.
+    type Output = Vec<(String, Result<Collection, ContributorError>)>;
+
+    fn collect<'a>(
+        &'a self,
+        registry: &'a Registry,
+        execution: &'a ToolExecution,
+        traced: bool,
+    ) -> impl Future<Output = Self::Output> + Send + 'a {
+        registry.collect_every_alone(execution, traced)
+    }
 }
 
 impl Registry {
     /// Builds the overlay for one execution: the built-ins, then every
-    /// contributor (in name order) resolved in a fresh instance. The set of
-    /// contributors is the one registered when the call starts.
-    pub async fn collect(&self, execution: &ToolExecution) -> Result<Overlay, ContributorError> {
-        Ok(self.collect_report(execution).await?.overlay)
+    /// contributor (in name order) resolved in a fresh instance, and the
+    /// contributors left out under `on_error = "omit"`; or, as `options`
+    /// say, one contributor alone or each alone. The set of contributors is
+    /// the one registered when the call starts.
+    pub async fn collect<S: CollectScope>(
+        &self,
+        execution: &ToolExecution,
+        options: &CollectOptions<S>,
+    ) -> S::Output {
+        options.scope.collect(self, execution, options.traced).await
     }
 
     /// Does the work `collect` leaves for later, so that it is off the
@@ -91,29 +239,8 @@ impl Registry {
         })
     }
 
-    /// [`Registry::collect`], also reporting the contributors that failed
-    /// under `on_error = "omit"` and were left out.
-    pub async fn collect_report(
-        &self,
-        execution: &ToolExecution,
-    ) -> Result<Collection, ContributorError> {
-        self.collect_with(execution, false).await
-    }
-
-    /// [`Registry::collect_report`], also keeping what each WASM
-    /// contributor's call showed of itself (the end of its stderr, and
-    /// whether it found no directories or no environment where it looked),
-    /// for [`Registry::absences`]. Slower by a copy of each guest's last
-    /// words: for `explain`, not for every call.
-    pub async fn collect_traced(
-        &self,
-        execution: &ToolExecution,
-    ) -> Result<Collection, ContributorError> {
-        self.collect_with(execution, true).await
-    }
-
-    /// A collect in its `collect` span, `traced` as [`Registry::collect_traced`] says.
-    async fn collect_with(
+    /// Every contributor, in a `collect` span, traced if `traced`.
+    async fn collect_all(
         &self,
         execution: &ToolExecution,
         traced: bool,
@@ -143,7 +270,7 @@ impl Registry {
         .await
     }
 
-    /// The work of [`Registry::collect_report`], over one snapshot.
+    /// The work of [`Registry::collect_all`], over one snapshot.
     async fn collect_snapshot(
         &self,
         snapshot: &BTreeMap<String, Arc<Entry>>,
@@ -175,8 +302,7 @@ impl Registry {
         // Converted for the guests once, when the first one needs it.
         let mut call = None;
         for entry in snapshot.values() {
-            let mut trace =
-                (traced && matches!(entry.resolver, Resolver::Wasm(_))).then(CallTrace::default);
+            let mut trace = trace_for(entry, traced);
             let resolved = (self.resolve_entry(entry, execution, &mut call, trace.as_mut())).await;
             if let Some(trace) = trace {
                 traces.insert(entry.declaration.name().to_string(), trace);
@@ -197,65 +323,66 @@ impl Registry {
         })
     }
 
-    /// The contributor `name` alone, for one execution, under its
-    /// `on_error` policy: its checked keys (no built-ins) as the overlay, or
-    /// its omitted failure. `None` when no contributor has that name.
-    pub async fn collect_contributor(
+    /// [`CollectOptions::only`]'s collect.
+    async fn collect_only(
         &self,
         name: &str,
         execution: &ToolExecution,
+        traced: bool,
     ) -> Result<Option<Collection>, ContributorError> {
         let snapshot = self.inner.snapshot();
         let Some(entry) = snapshot.get(name) else {
             return Ok(None);
         };
-        self.collect_alone(entry, execution, &mut None)
+        (self.collect_alone(entry, execution, &mut None, traced))
             .await
             .map(Some)
     }
 
-    /// Every contributor alone for one execution, by name, in name order:
-    /// what [`Registry::collect_contributor`] gives each, the execution
-    /// converted for the guests once for all of them. A failure is that
-    /// contributor's result and does not stop the others. For a registry
-    /// that resolves contributors one at a time within one synchronous
-    /// collect (the reference harness's `ctx.shellEnv`): it asks once per
-    /// collect, not once per contributor.
-    pub async fn collect_each(
+    /// [`CollectOptions::each_alone`]'s collect.
+    async fn collect_every_alone(
         &self,
         execution: &ToolExecution,
+        traced: bool,
     ) -> Vec<(String, Result<Collection, ContributorError>)> {
         let snapshot = self.inner.snapshot();
         let mut call = None;
         let mut each = Vec::with_capacity(snapshot.len());
         for (name, entry) in snapshot.iter() {
-            let alone = self.collect_alone(entry, execution, &mut call).await;
+            let alone = self
+                .collect_alone(entry, execution, &mut call, traced)
+                .await;
             each.push((name.clone(), alone));
         }
         each
     }
 
     /// `entry` alone, under its `on_error` policy (see
-    /// [`Registry::collect_contributor`]).
+    /// [`CollectOptions::only`]).
     async fn collect_alone<'a>(
         &self,
         entry: &Entry,
         execution: &'a ToolExecution,
         call: &mut Option<Call<'a>>,
+        traced: bool,
     ) -> Result<Collection, ContributorError> {
-        let (overlay, omitted): (BTreeMap<DshKey, String>, _) =
-            match self.resolve_entry(entry, execution, call, None).await {
-                Ok(checked) => (checked.into_iter().collect(), Vec::new()),
-                Err(err) if entry.on_error == OnError::Omit => {
-                    tracing::warn!("omitted for call {}: {err}", execution.call_id);
-                    (BTreeMap::new(), vec![err])
-                }
-                Err(err) => return Err(err),
-            };
+        let mut trace = trace_for(entry, traced);
+        let resolved = (self.resolve_entry(entry, execution, call, trace.as_mut())).await;
+        let traces = (trace.into_iter())
+            .map(|trace| (entry.declaration.name().to_string(), trace))
+            .collect();
+        let (overlay, omitted): (BTreeMap<DshKey, String>, _) = match resolved {
+            Ok(checked) => (checked.into_iter().collect(), Vec::new()),
+            Err(err) if entry.on_error == OnError::Omit => {
+                tracing::warn!("omitted for call {}: {err}", execution.call_id);
+                (BTreeMap::new(), vec![err])
+            }
+            Err(err) => return Err(err),
+        };
         Ok(Collection {
             overlay: Overlay::from(overlay),
             omitted,
-            traces: BTreeMap::new(),
+            traces,
         })
     }
 
@@ -340,6 +467,12 @@ impl Registry {
             })
             .map_err(fail)
     }
+}
+
+/// A trace to fill for `entry`'s call, when `traced` and it is a WASM
+/// contributor (a native one shows nothing of itself).
+fn trace_for(entry: &Entry, traced: bool) -> Option<CallTrace> {
+    (traced && matches!(entry.resolver, Resolver::Wasm(_))).then(CallTrace::default)
 }
 
 /// `future` inside `span`, then `record` of its output on the span, when a

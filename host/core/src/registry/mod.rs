@@ -15,8 +15,11 @@ mod registration;
 mod state;
 
 pub use absence::Absence;
+pub use admission::{LoadFrom, LoadOptions};
 pub use builder::RegistryBuilder;
-pub use collection::Collection;
+pub use collection::{
+    CollectAll, CollectEachAlone, CollectOnly, CollectOptions, CollectScope, Collection,
+};
 pub use error::{ContributorError, FailureCause, RegistryError};
 pub use registration::{ContributorListing, KeyListing};
 pub use state::{NativeContributor, Registration, Registry};

@@ -16,6 +16,7 @@ use crate::spec::{ContributorSpec, HostEnv, OnError};
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::admission::{LoadFrom, LoadOptions};
 use super::error::{ContributorError, KeysNote, RegistryError};
 use super::state::{Entry, NativeContributor, Registration, Registry, Resolver, WasmResolver};
 
@@ -92,7 +93,8 @@ impl Registry {
             });
         }
         let specs = (manifest.specs(host_env)).map_err(|e| RegistryError::Manifest(Arc::new(e)))?;
-        let loaded = parallel_map(&specs, |spec| self.load_spec(spec));
+        let options = LoadOptions::new();
+        let loaded = parallel_map(&specs, |spec| self.load(LoadFrom::Spec(spec), &options));
         let mut registrations = Vec::with_capacity(loaded.len());
         let mut openings = Vec::with_capacity(loaded.len());
         for component in loaded {
@@ -109,7 +111,9 @@ impl Registry {
         &self,
         spec: &ContributorSpec,
     ) -> Result<Registration, RegistryError> {
-        self.register(self.load_spec(spec)?).await
+        let options = LoadOptions::new();
+        self.register(self.load(LoadFrom::Spec(spec), &options)?)
+            .await
     }
 
     /// Calls `declare` once, in a sandbox (or takes what the same component

@@ -28,7 +28,7 @@ pub struct ContributorComponent {
     pub(super) declared_at: Option<String>,
     pub(super) signer: Signer,
     /// The trust its signature was checked under, by
-    /// [`crate::Registry::load_spec`]; `None` when nothing was checked.
+    /// [`crate::LoadFrom::Spec`]; `None` when nothing was checked.
     pub(super) checked_under: Option<Arc<Trust>>,
     /// Keeps its cache entry from this process's evictions while it lives.
     pub(super) _held: crate::cache::Held,

@@ -27,7 +27,7 @@ pub(super) trait SoughtHost: WasiFilesystemView + WasiCliView + Send + 'static {
 const PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
 const ENVIRONMENT: &str = "wasi:cli/environment@0.2.12";
 
-/// What a `resolve` call showed of itself (see [`crate::Registry::collect_traced`]).
+/// What a `resolve` call showed of itself (see [`crate::CollectOptions::traced`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CallTrace {
     /// The end of what the guest wrote to stderr during the call, control
