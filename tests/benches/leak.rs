@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use dsh_env::CollectOptions;
 use dsh_env_tests::leak::{contributors, rss_kib};
 use dsh_env_tests::{agent_call, registry};
 
@@ -30,7 +31,7 @@ async fn main() {
         for i in (reading - 1) * step..reading * step {
             let (call, session) = (format!("call-{i}"), format!("session-{}", i % 97));
             let collection = registry
-                .collect_report(&agent_call(&call, &session))
+                .collect(&agent_call(&call, &session), &CollectOptions::new())
                 .await
                 .unwrap();
             assert_eq!(collection.overlay.get("DSH_ECHO_CALL"), Some(call.as_str()));

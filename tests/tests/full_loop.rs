@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use dsh_env::{DshHome, Registration, Registry};
+use dsh_env::{LoadFrom, LoadOptions};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::agent::{AgentLoop, ScriptedModel};
 use dsh_env_harness::hooks::Hooks;
@@ -33,7 +34,9 @@ impl Harness {
             .unwrap();
         let mut registrations = Vec::new();
         for path in [artifacts::AGENT_LINEAGE, artifacts::CALL_TRACE] {
-            let component = registry.load_file(path.as_ref()).unwrap();
+            let component = registry
+                .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+                .unwrap();
             registrations.push(registry.register(component).await.unwrap());
         }
         Harness {

@@ -21,6 +21,7 @@ use dsh_env::Grants;
 use dsh_env::{
     Agent, HostLimits, Limits, Mode, OnError, Overlay, Registration, Registry, ToolExecution,
 };
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};
 use dsh_env_tests::leak::{contributors, rss_kib};
@@ -42,7 +43,7 @@ async fn run(registry: &Registry, range: std::ops::Range<usize>) {
     for i in range {
         let (call, session) = (format!("call-{i}"), format!("session-{}", i % 97));
         let collection = registry
-            .collect_report(&agent_call(&call, &session))
+            .collect(&agent_call(&call, &session), &CollectOptions::new())
             .await
             .unwrap();
         assert_eq!(collection.overlay.get("DSH_ECHO_CALL"), Some(call.as_str()));
@@ -280,7 +281,10 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
             ],
         );
         let lineage = registry
-            .load_file(artifacts::AGENT_LINEAGE.as_ref())
+            .load(
+                LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap();
         let _echo = registry.register(echo).await.unwrap();
         let _lineage = registry.register(lineage).await.unwrap();
@@ -310,7 +314,10 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
                     let expected = format!("{} {session}", execution.call_id);
                     assert_eq!(String::from_utf8_lossy(&output.stdout), expected);
                 } else {
-                    let collection = registry.collect_report(&execution).await.unwrap();
+                    let collection = registry
+                        .collect(&execution, &CollectOptions::new())
+                        .await
+                        .unwrap();
                     check_overlay(&collection.overlay, &execution);
                 }
                 served += 1;
@@ -395,7 +402,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
         let execution = dsh_env_tests::agent_call_in("c", "s", &cwd);
         let holding = tokio::spawn({
             let (registry, execution) = (registry.clone(), execution.clone());
-            async move { registry.collect(&execution).await }
+            async move { registry.collect(&execution, &CollectOptions::new()).await }
         });
         while registry.runtime().guest_descriptors() < 20 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -414,7 +421,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
             message.contains("guest descriptors held now: `hoarder`: 20"),
             "{message}"
         );
-        let overlay = holding.await.unwrap().unwrap();
+        let overlay = holding.await.unwrap().unwrap().overlay;
         assert_eq!(overlay.get("DSH_HOARDED"), Some("20"));
         assert_eq!(registry.runtime().guest_descriptors(), 0);
         let spawned = tool.call(&no_agent, &json!({"command": "true"})).await;

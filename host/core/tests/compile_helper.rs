@@ -9,6 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use dsh_env::{DshHome, Registry};
+use dsh_env::{LoadFrom, LoadOptions};
 use dsh_env_artifacts::ECHO;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_dsh-env-compile");
@@ -18,7 +19,9 @@ async fn the_library_compiles_through_this_helper() {
     let dir = tempfile::tempdir().unwrap();
     let home = DshHome::from_absolute(dir.path()).unwrap();
     let registry = Registry::builder(home).compiler(HELPER).build().unwrap();
-    let echo = registry.load_file(ECHO.as_ref()).unwrap();
+    let echo = registry
+        .load(LoadFrom::File(ECHO.as_ref()), &LoadOptions::new())
+        .unwrap();
     let registration = registry.register(echo).await.unwrap();
     assert_eq!(registration.name(), "echo");
 }

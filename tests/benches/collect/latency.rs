@@ -13,6 +13,7 @@ use dsh_env_harness::tool::{BashOutcome, BashTool};
 use serde_json::json;
 
 use crate::setups::Setup;
+use dsh_env::CollectOptions;
 
 /// Interleaved rounds per latency row.
 const ROUNDS: usize = 10;
@@ -75,7 +76,13 @@ impl Row {
                     let mut bash = tokio::process::Command::new("bash");
                     assert!(bash.args(["-c", "true"]).status().await.unwrap().success());
                 }
-                let collect = async { registry.collect(&execution).await.unwrap() };
+                let collect = async {
+                    registry
+                        .collect(&execution, &CollectOptions::new())
+                        .await
+                        .unwrap()
+                        .overlay
+                };
                 let elapsed = timed(collect, drop).await;
                 // As the bash tool does while its child starts.
                 registry.prepare().await;

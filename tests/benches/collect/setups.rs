@@ -11,6 +11,7 @@ use dsh_env::{Agent, Overlay, Registration, Registry, ToolExecution};
 use dsh_env_tests::{artifacts, echo, puppet, registry};
 
 use crate::baselines::{Hook, HookProgram, NativeLineage};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 
 /// The execution every row resolves: an agent call with a parent, so that
 /// every contributor has something to say.
@@ -32,7 +33,11 @@ pub struct Setup {
 impl Setup {
     /// The overlay this setup collects for `execution`.
     pub async fn collect(&self, execution: &ToolExecution) -> Overlay {
-        self.registry.collect(execution).await.unwrap()
+        self.registry
+            .collect(execution, &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay
     }
 }
 
@@ -41,7 +46,10 @@ pub async fn wasm_contributors(count: usize) -> Setup {
     let registry = registry();
     let mut registrations = Vec::new();
     let lineage = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     registrations.push(registry.register(lineage).await.unwrap());
     for i in 1..count {
@@ -137,7 +145,7 @@ impl Example {
     /// Loads it, configured (git-context gets the cwd grant it needs).
     fn load(&self, registry: &Registry) -> ContributorComponent {
         registry
-            .load_file(self.path.as_ref())
+            .load(LoadFrom::File(self.path.as_ref()), &LoadOptions::new())
             .unwrap()
             .with_config(
                 (self.config.iter())
@@ -288,7 +296,10 @@ async fn puppet_echo() -> Setup {
     let imports = (
         echo.imports().len(),
         registry
-            .load_file(artifacts::AGENT_LINEAGE.as_ref())
+            .load(
+                LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap()
             .imports()
             .len(),

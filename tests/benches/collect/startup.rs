@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::cli_runtime;
 use crate::setups::{EXAMPLES, Example, examples_manifest, execution};
+use dsh_env::CollectOptions;
 
 /// Start-up measurements (each in a fresh child process).
 const STARTUP_RUNS: usize = 5;
@@ -66,7 +67,9 @@ pub fn startup_child() {
     let rss_loaded_file = proc_status_kib("RssFile:");
     let rss_loaded_shmem = proc_status_kib("RssShmem:");
     let first = Instant::now();
-    runtime.block_on(registry.collect(&execution())).unwrap();
+    runtime
+        .block_on(registry.collect(&execution(), &CollectOptions::new()))
+        .unwrap();
     let first_collect = first.elapsed();
     let rss_first = proc_status_kib("VmRSS:");
     // Then a burst from many callers, so that the pool's slots warm up.
@@ -76,7 +79,11 @@ pub fn startup_child() {
                 let registry = registry.clone();
                 tokio::spawn(async move {
                     for _ in 0..WARM_COLLECTS_EACH {
-                        registry.collect(&execution()).await.unwrap();
+                        registry
+                            .collect(&execution(), &CollectOptions::new())
+                            .await
+                            .unwrap()
+                            .overlay;
                         tokio::task::yield_now().await;
                     }
                 })
@@ -162,7 +169,9 @@ pub fn first_run_child() {
     let registrations = runtime
         .block_on(registry.register_manifest(&manifest, &dsh_env::HostEnv::from_process()))
         .unwrap();
-    runtime.block_on(registry.collect(&execution())).unwrap();
+    runtime
+        .block_on(registry.collect(&execution(), &CollectOptions::new()))
+        .unwrap();
     let elapsed = start.elapsed();
     // SAFETY: rusage is plain data, filled in by the call.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

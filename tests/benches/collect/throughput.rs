@@ -8,6 +8,7 @@ use dsh_env::Registry;
 use serde_json::{Value, json};
 
 use crate::setups::{Setups, execution};
+use dsh_env::CollectOptions;
 
 /// Concurrent callers for the throughput table, and the time per measurement.
 const CALLERS: [usize; 4] = [1, 2, 8, 64];
@@ -49,7 +50,11 @@ async fn throughput(registry: &Registry, callers: usize) -> f64 {
             tokio::spawn(async move {
                 let execution = execution();
                 while !stop.load(Ordering::Relaxed) {
-                    registry.collect(&execution).await.unwrap();
+                    registry
+                        .collect(&execution, &CollectOptions::new())
+                        .await
+                        .unwrap()
+                        .overlay;
                     registry.prepare().await;
                     if counting.load(Ordering::Relaxed) {
                         done.fetch_add(1, Ordering::Relaxed);

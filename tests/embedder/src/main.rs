@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use dsh_env::{Agent, DshHome, Registry, Runtime, ToolExecution};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 
 const CALLS: usize = 5;
 
@@ -62,7 +63,7 @@ async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error
         ),
         ("pairs".to_string(), "DSH_COUNT={count}".to_string()),
     ]);
-    let component = registry.load_file(puppet)?.with_config(config);
+    let component = registry.load(LoadFrom::File(puppet), &LoadOptions::new())?.with_config(config);
     let _registration = registry.register(component).await?;
     for call in 0..CALLS {
         let execution = ToolExecution::new(format!("call-{call}"), "bash").with_agent(Agent {
@@ -71,7 +72,7 @@ async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error
             parent_session_id: None,
             depth: 0,
         });
-        let overlay = registry.collect(&execution).await?;
+        let overlay = registry.collect(&execution, &CollectOptions::new()).await?.overlay;
         let count = overlay.get("DSH_COUNT").unwrap_or("none");
         if count != "1" {
             return Err(format!("call {call}: the instance had served {count} calls").into());

@@ -9,11 +9,15 @@ use dsh_env_tests::{agent_call, artifacts, puppet, registry};
 use serde_json::json;
 
 use crate::recorder::Recorder;
+use dsh_env::{LoadFrom, LoadOptions};
 
 async fn tool() -> (BashTool<Recorder>, Vec<dsh_env::Registration>) {
     let registry = registry();
     let lineage = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let mode = puppet(
         &registry,

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use dsh_env::Registry;
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_tests::{agent_call, artifacts, puppet};
 
 /// The cache's precompiled artifacts (not its seals and aliases).
@@ -26,13 +27,16 @@ fn replace(path: &std::path::Path, bytes: &[u8]) {
 }
 
 async fn depth_of(registry: &Registry, path: &str) -> Option<String> {
-    let component = registry.load_file(path.as_ref()).unwrap();
+    let component = registry
+        .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+        .unwrap();
     let _registration = registry.register(component).await.unwrap();
     let execution = agent_call("c", "s");
     registry
-        .collect(&execution)
+        .collect(&execution, &CollectOptions::new())
         .await
         .unwrap()
+        .overlay
         .get("DSH_AGENT_DEPTH")
         .map(str::to_string)
 }
@@ -136,7 +140,10 @@ async fn an_artifact_just_written_is_not_left_in_the_page_cache() {
     }
     let registry = dsh_env_tests::registry_at(home.path());
     let _component = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let written = entries(&registry);
     assert_eq!(written.len(), 1, "{written:?}");
@@ -272,7 +279,14 @@ fn concurrent_first_loads_leave_one_sound_entry() {
     // Every thread compiles and stores the same component at once.
     std::thread::scope(|scope| {
         for _ in 0..8 {
-            scope.spawn(|| registry.load_file(artifacts::PUPPET.as_ref()).unwrap());
+            scope.spawn(|| {
+                registry
+                    .load(
+                        LoadFrom::File(artifacts::PUPPET.as_ref()),
+                        &LoadOptions::new(),
+                    )
+                    .unwrap()
+            });
         }
     });
     let files: Vec<String> = std::fs::read_dir(registry.cache().dir())
@@ -335,11 +349,18 @@ async fn an_artifact_copied_over_another_components_entry_is_not_run_for_it() {
     std::fs::copy(&b_seal, &a_seal).unwrap();
     let attacked = new_registry();
     let component = attacked
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let registration = attacked.register(component).await.unwrap();
     assert_eq!(registration.name(), "agent-lineage");
-    let overlay = attacked.collect(&agent_call("c", "s")).await.unwrap();
+    let overlay = attacked
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_AGENT_DEPTH"), Some("0"));
     assert_ne!(
         std::fs::read(&a_artifact).unwrap(),
@@ -424,7 +445,11 @@ async fn past_its_cap_the_least_recently_used_entry_goes_and_comes_back_compiled
     let home = tempfile::tempdir().unwrap();
     let registry = dsh_env_tests::registry_at(home.path());
     for path in [CALL_TRACE, AGENT_LINEAGE, GIT_CONTEXT] {
-        drop(registry.load_file(path.as_ref()).unwrap());
+        drop(
+            registry
+                .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+                .unwrap(),
+        );
     }
     age(&registry, CALL_TRACE, 3 * HOUR);
     age(&registry, AGENT_LINEAGE, 2 * HOUR);
@@ -438,10 +463,18 @@ async fn past_its_cap_the_least_recently_used_entry_goes_and_comes_back_compiled
     };
     // Loading the oldest marks it used; loading it again at once writes nothing.
     let aged = seal_of(CALL_TRACE);
-    drop(registry.load_file(CALL_TRACE.as_ref()).unwrap());
+    drop(
+        registry
+            .load(LoadFrom::File(CALL_TRACE.as_ref()), &LoadOptions::new())
+            .unwrap(),
+    );
     let used = seal_of(CALL_TRACE);
     assert!(used > aged + 2 * HOUR, "{used:?} {aged:?}");
-    drop(registry.load_file(CALL_TRACE.as_ref()).unwrap());
+    drop(
+        registry
+            .load(LoadFrom::File(CALL_TRACE.as_ref()), &LoadOptions::new())
+            .unwrap(),
+    );
     assert_eq!(seal_of(CALL_TRACE), used);
 
     // Room for two: the least recently used of the three goes.
@@ -489,19 +522,27 @@ async fn a_write_past_the_cap_evicts_what_this_process_no_longer_holds() {
     let home = tempfile::tempdir().unwrap();
     // Any artifact is over this cap: each write evicts all it may.
     let registry = capped_registry(home.path(), 1);
-    let lineage = registry.load_file(AGENT_LINEAGE.as_ref()).unwrap();
+    let lineage = registry
+        .load(LoadFrom::File(AGENT_LINEAGE.as_ref()), &LoadOptions::new())
+        .unwrap();
     let registration = registry.register(lineage).await.unwrap();
     age(&registry, AGENT_LINEAGE, 3 * HOUR);
 
     // The entry just written stays, and so does the registered one, the
     // least recently used.
-    let trace = registry.load_file(CALL_TRACE.as_ref()).unwrap();
+    let trace = registry
+        .load(LoadFrom::File(CALL_TRACE.as_ref()), &LoadOptions::new())
+        .unwrap();
     assert_eq!(
         cached(&registry),
         [digest(AGENT_LINEAGE), digest(CALL_TRACE)].into()
     );
     drop(trace);
-    drop(registry.load_file(GIT_CONTEXT.as_ref()).unwrap());
+    drop(
+        registry
+            .load(LoadFrom::File(GIT_CONTEXT.as_ref()), &LoadOptions::new())
+            .unwrap(),
+    );
     assert_eq!(
         cached(&registry),
         [digest(AGENT_LINEAGE), digest(GIT_CONTEXT)].into(),
@@ -512,7 +553,13 @@ async fn a_write_past_the_cap_evicts_what_this_process_no_longer_holds() {
     drop(registration);
     drop(
         registry
-            .load_bytes("echo", &std::fs::read(ECHO).unwrap())
+            .load(
+                LoadFrom::Bytes {
+                    origin: "echo",
+                    bytes: &std::fs::read(ECHO).unwrap(),
+                },
+                &LoadOptions::new(),
+            )
             .unwrap(),
     );
     assert_eq!(cached(&registry), [digest(ECHO)].into());
@@ -615,12 +662,16 @@ async fn depth_after_warm_load(
     between: impl FnOnce(&std::path::Path),
 ) -> Result<Option<String>, String> {
     let registry = dsh_env_tests::registry_at(home);
-    let component = registry.load_file(path).unwrap();
+    let component = registry
+        .load(LoadFrom::File(path), &LoadOptions::new())
+        .unwrap();
     between(&entries(&registry)[0]);
     let _registration = registry.register(component).await.unwrap();
-    let overlay = registry.collect(&agent_call("c", "s")).await;
+    let overlay = registry
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await;
     overlay
-        .map(|o| o.get("DSH_AGENT_DEPTH").map(str::to_string))
+        .map(|c| c.overlay.get("DSH_AGENT_DEPTH").map(str::to_string))
         .map_err(|e| e.to_string())
 }
 

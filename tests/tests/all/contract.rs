@@ -6,11 +6,14 @@
 
 use dsh_env::Grants;
 use dsh_env::{Agent, ContributorComponent, Registry, ToolExecution};
-use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, puppet, registry};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
+use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, load_error, puppet, registry};
 
 /// The component at `path`, which imports `dsh:env/types@{version}`.
 fn load_targeting(registry: &Registry, path: &str, version: &str) -> ContributorComponent {
-    let component = registry.load_file(path.as_ref()).unwrap();
+    let component = registry
+        .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+        .unwrap();
     let types = format!("dsh:env/types@{version}");
     let imports = component.imports();
     assert!(imports.contains(&types), "{types} not in {imports:?}");
@@ -19,7 +22,11 @@ fn load_targeting(registry: &Registry, path: &str, version: &str) -> Contributor
 
 /// What `contract-test` returns for `execution`.
 async fn resolved(registry: &Registry, execution: &ToolExecution) -> (String, String) {
-    let overlay = registry.collect(execution).await.unwrap();
+    let overlay = registry
+        .collect(execution, &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     let value = |key| overlay.get(key).unwrap_or("<absent>").to_string();
     (value("DSH_CONTRACT_NESTED"), value("DSH_CONTRACT_TOOL"))
 }
@@ -71,7 +78,11 @@ async fn a_guest_of_another_version_declares_and_resolves_through_its_own_bindin
 fn a_guest_of_an_unsupported_version_fails_to_load_naming_it_and_the_supported_range() {
     let registry = registry();
     let origin = artifacts::CONTRACT_UNSUPPORTED;
-    let err = registry.load_file(origin.as_ref()).unwrap_err();
+    let err = load_error(
+        registry
+            .load(LoadFrom::File(origin.as_ref()), &LoadOptions::new())
+            .unwrap_err(),
+    );
     assert_eq!(err.origin, origin);
     assert_eq!(
         err.to_string(),
@@ -119,13 +130,18 @@ async fn an_absent_cwd_reaches_each_version_in_its_own_form() {
         parent_session_id: None,
         depth: 0,
     });
-    let overlay = registry.collect(&nowhere).await.unwrap();
+    let overlay = registry
+        .collect(&nowhere, &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_CWD"), Some("[none]"));
     assert_eq!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
     let overlay = registry
-        .collect(&agent_call_in("c2", "s1", "/tmp"))
+        .collect(&agent_call_in("c2", "s1", "/tmp"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_CWD"), Some("[/tmp]"));
     assert_ne!(overlay.get("DSH_WORKSPACE_ID"), Some("cbf29ce48422"));
 }
@@ -139,7 +155,11 @@ async fn an_ordinary_guest_is_unaffected_beside_another_version() {
         .register(echo(&registry, "echo-contract", "DSH_ECHO_CONTRACT"))
         .await
         .unwrap();
-    let overlay = registry.collect(&agent_call("c1", "s-42")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c1", "s-42"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_ECHO_CONTRACT"), Some("s-42"));
     assert_eq!(overlay.get("DSH_CONTRACT_NESTED"), Some("no"));
 }

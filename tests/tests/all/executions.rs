@@ -3,6 +3,7 @@
 //! them by the Node tests), parsed by `ToolExecution::from_json` and
 //! collected, give what the CLI, `serve` and the addon give for them.
 
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env::{Mode, ToolExecution};
 use dsh_env_tests::{artifacts, puppet, registry};
 
@@ -23,7 +24,10 @@ type Case = (&'static str, Mode, &'static [(&'static str, &'static str)]);
 async fn the_reference_fixtures_give_the_facts_they_carry() {
     let registry = registry();
     let lineage = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let _lineage = registry.register(lineage).await.unwrap();
     let shape = puppet(
@@ -71,7 +75,11 @@ async fn the_reference_fixtures_give_the_facts_they_carry() {
         let (execution, unknown) = fixture(name);
         assert!(unknown.is_empty(), "{name}: {unknown:?}");
         assert_eq!(execution.mode, mode, "{name}");
-        let overlay = registry.collect(&execution).await.unwrap();
+        let overlay = registry
+            .collect(&execution, &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay;
         for (key, value) in facts {
             assert_eq!(overlay.get(key), Some(*value), "{name}: {key}");
         }

@@ -4,15 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use dsh_env::CollectOptions;
 use dsh_env::{EnvError, Overlay, ScrubPolicy};
 use dsh_env_harness::{ExecError, LocalExecutor, ShellExecRequest};
 use dsh_env_tests::{agent_call, registry};
 
 async fn overlay() -> Overlay {
     registry()
-        .collect(&agent_call("c1", "sess-exec"))
+        .collect(&agent_call("c1", "sess-exec"), &CollectOptions::new())
         .await
         .unwrap()
+        .overlay
 }
 
 fn request(command: &str, overlay: Overlay) -> ShellExecRequest {

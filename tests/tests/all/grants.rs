@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use dsh_env::CollectOptions;
 use dsh_env::{Agent, ContributorSpec, Culprit, Manifest, Overlay, Registry, ToolExecution};
 use dsh_env_tests::{artifacts, registry};
 
@@ -36,8 +37,9 @@ async fn probe(probe: &str, grants: &str, cwd: &Path) -> Result<Overlay, String>
     // grant makes it instantiate at the call instead).
     registry.prepare().await;
     registry
-        .collect(&call_in(cwd))
+        .collect(&call_in(cwd), &CollectOptions::new())
         .await
+        .map(|collection| collection.overlay)
         .map_err(|e| e.to_string())
 }
 
@@ -62,7 +64,11 @@ async fn branch(grants: &str, execution: &ToolExecution) -> Option<String> {
     assert_eq!(registry.prepared(), usize::from(!granted));
     // Nothing is left to make ahead either way: a cwd-granted instance never is.
     assert!(registry.is_prepared());
-    let overlay = registry.collect(execution).await.unwrap();
+    let overlay = registry
+        .collect(execution, &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     overlay.get("DSH_GIT_BRANCH").map(str::to_string)
 }
 
@@ -169,9 +175,10 @@ async fn grants_config_is_served_and_may_not_repeat_a_config_key() {
     );
     let _r = with_manifest(&registry, &text).await;
     let overlay = registry
-        .collect(&ToolExecution::new("c", "bash"))
+        .collect(&ToolExecution::new("c", "bash"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_OUT"), Some("from-grants"));
 
     let clash = format!(

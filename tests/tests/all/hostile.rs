@@ -5,12 +5,15 @@
 use std::time::{Duration, Instant};
 
 use dsh_env::Grants;
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env::{
     ContributorError, DeclarationProblem, FailureCause, GuestFailure, HostLimits, Limits, OnError,
     OutputProblem, Overlay, Phase, Registry, RegistryError,
 };
 use dsh_env_harness::{LocalExecutor, ShellExecRequest};
-use dsh_env_tests::{agent_call, agent_call_in, artifacts, puppet, registry, registry_with};
+use dsh_env_tests::{
+    agent_call, agent_call_in, artifacts, load_error, puppet, registry, registry_with,
+};
 
 /// Every hostile call must end well within this.
 const BOUND: Duration = Duration::from_secs(15);
@@ -34,7 +37,11 @@ async fn assert_healthy(registry: &Registry) {
         ],
     );
     let _healthy = registry.register(healthy).await.unwrap();
-    let overlay = registry.collect(&agent_call("after", "s")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("after", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_OK"), Some("after"));
 }
 
@@ -51,7 +58,10 @@ async fn hostile_resolve(how: &str, limits: Limits) -> Result<Overlay, Contribut
         .await
         .unwrap();
     let started = Instant::now();
-    let result = registry.collect(&agent_call("c1", "s")).await;
+    let result = registry
+        .collect(&agent_call("c1", "s"), &CollectOptions::new())
+        .await
+        .map(|c| c.overlay);
     assert!(
         started.elapsed() < BOUND,
         "{how} took {:?}",
@@ -180,7 +190,10 @@ async fn a_call_that_meets_two_ticks_or_fewer_never_yields() {
         }
         let before = polls.load(Relaxed);
         let collection = registry
-            .collect_traced(&agent_call(&format!("c{call}"), "s"))
+            .collect(
+                &agent_call(&format!("c{call}"), "s"),
+                &CollectOptions::new().traced(true),
+            )
             .await;
         let went_back = polls.load(Relaxed) != before;
         let collection = collection.unwrap();
@@ -317,11 +330,17 @@ async fn a_table_grown_past_its_limit_is_named() {
             limits.table_elements = limit;
         }
         let component = registry
-            .load_file(artifacts::TABLE_GROWER.as_ref())
+            .load(
+                LoadFrom::File(artifacts::TABLE_GROWER.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap()
             .with_limits(limits);
         let registration = registry.register(component).await.unwrap();
-        let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+        let err = registry
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
+            .await
+            .unwrap_err();
         assert_eq!(
             (err.contributor.as_str(), err.phase),
             ("table-grower", Phase::Resolve)
@@ -519,7 +538,10 @@ async fn undeclared_reserved_and_lowercase_keys_at_runtime_are_refused() {
             ("pairs", &format!("{key}={value}") as &str),
         ];
         let _hostile = registry.register(puppet(&registry, &config)).await.unwrap();
-        let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
+        let err = registry
+            .collect(&agent_call("c1", "s"), &CollectOptions::new())
+            .await
+            .unwrap_err();
         assert_eq!(
             err.cause,
             FailureCause::Output(OutputProblem::UndeclaredKey(key.into()))
@@ -544,7 +566,10 @@ async fn a_control_character_in_a_value_is_refused_naming_key_and_character() {
             ("pairs", &pairs),
         ];
         let hostile = registry.register(puppet(&registry, &config)).await.unwrap();
-        let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
+        let err = registry
+            .collect(&agent_call("c1", "s"), &CollectOptions::new())
+            .await
+            .unwrap_err();
         assert_eq!(
             err.cause,
             FailureCause::Output(OutputProblem::ControlInValue {
@@ -567,7 +592,11 @@ async fn a_control_character_in_a_value_is_refused_naming_key_and_character() {
         ("pairs", "DSH_OUT=a\\tb"),
     ];
     let _tabs = registry.register(puppet(&registry, &config)).await.unwrap();
-    let overlay = registry.collect(&agent_call("c2", "s")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c2", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_OUT"), Some("a\tb"));
 }
 
@@ -666,7 +695,15 @@ async fn components_the_host_cannot_use_are_refused_at_load() {
         ),
     ];
     for (origin, bytes, expected) in cases {
-        let err = registry.load_bytes(origin, &bytes).unwrap_err();
+        let err = registry
+            .load(
+                LoadFrom::Bytes {
+                    origin,
+                    bytes: &bytes,
+                },
+                &LoadOptions::new(),
+            )
+            .unwrap_err();
         assert!(err.to_string().contains(expected), "{origin}: {err}");
     }
     assert_healthy(&registry).await;
@@ -677,7 +714,10 @@ async fn one_failing_contributor_under_both_policies() {
     for policy in [OnError::Fail, OnError::Omit] {
         let registry = registry();
         let lineage = registry
-            .load_file(artifacts::AGENT_LINEAGE.as_ref())
+            .load(
+                LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap();
         let _lineage = registry.register(lineage).await.unwrap();
         let bad = puppet(
@@ -685,7 +725,9 @@ async fn one_failing_contributor_under_both_policies() {
             &[("name", "bad"), ("keys", "DSH_BAD=b"), ("resolve", "trap")],
         );
         let _bad = registry.register(bad.with_on_error(policy)).await.unwrap();
-        let result = registry.collect_report(&agent_call("c1", "s")).await;
+        let result = registry
+            .collect(&agent_call("c1", "s"), &CollectOptions::new())
+            .await;
         match policy {
             OnError::Fail => {
                 let err = result.unwrap_err();
@@ -721,7 +763,7 @@ async fn a_thousand_traps_then_a_healthy_execution() {
     let bad = registry.register(bad).await.unwrap();
     for i in 0..1000 {
         let err = registry
-            .collect(&agent_call(&format!("c{i}"), "s"))
+            .collect(&agent_call(&format!("c{i}"), "s"), &CollectOptions::new())
             .await
             .unwrap_err();
         assert!(
@@ -744,7 +786,10 @@ async fn guest_text_in_error_messages_cannot_carry_terminal_controls() {
         ("pairs", pairs.as_str()),
     ];
     let _key = registry.register(puppet(&registry, &config)).await.unwrap();
-    let err = registry.collect(&agent_call("c1", "s")).await.unwrap_err();
+    let err = registry
+        .collect(&agent_call("c1", "s"), &CollectOptions::new())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.cause,
         FailureCause::Output(OutputProblem::UndeclaredKey(hostile_key.into()))
@@ -803,7 +848,13 @@ async fn an_instances_memories_count_against_its_limit_together() {
         ..quick()
     };
     let component = registry
-        .load_bytes("two-memories", &with_hogs(512, 1))
+        .load(
+            LoadFrom::Bytes {
+                origin: "two-memories",
+                bytes: &with_hogs(512, 1),
+            },
+            &LoadOptions::new(),
+        )
         .unwrap()
         .with_limits(limits);
     let failure = declare_failure(registry.register(component).await.err().unwrap());
@@ -829,9 +880,17 @@ async fn an_instances_memories_count_against_its_limit_together() {
 #[tokio::test]
 async fn a_component_with_many_memories_is_refused_at_load() {
     let registry = registry();
-    let err = registry
-        .load_bytes("sixteen-hogs", &with_hogs(1, 16))
-        .unwrap_err();
+    let err = load_error(
+        registry
+            .load(
+                LoadFrom::Bytes {
+                    origin: "sixteen-hogs",
+                    bytes: &with_hogs(1, 16),
+                },
+                &LoadOptions::new(),
+            )
+            .unwrap_err(),
+    );
     let reason = err.kind.to_string();
     assert!(
         reason.contains("17 Wasm linear memories")
@@ -866,12 +925,12 @@ async fn all_live_instances_share_one_memory_budget() {
         ],
     );
     let _holder = registry.register(holder.with_limits(limits)).await.unwrap();
-    let call = agent_call("c", "s");
+    let (call, options) = (agent_call("c", "s"), CollectOptions::new());
     let results = tokio::join!(
-        registry.collect(&call),
-        registry.collect(&call),
-        registry.collect(&call),
-        registry.collect(&call),
+        registry.collect(&call, &options),
+        registry.collect(&call, &options),
+        registry.collect(&call, &options),
+        registry.collect(&call, &options),
     );
     let results = [results.0, results.1, results.2, results.3];
     let refused = results
@@ -912,9 +971,13 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
     let big = registry.register(big).await.unwrap();
     for call in 0..12 {
         registry
-            .collect(&agent_call(&format!("c{call}"), "s"))
+            .collect(
+                &agent_call(&format!("c{call}"), "s"),
+                &CollectOptions::new(),
+            )
             .await
-            .unwrap();
+            .unwrap()
+            .overlay;
         assert!(registry.runtime().retired_memory() <= cap, "call {call}");
         assert!(registry.runtime().guest_memory() <= cap, "call {call}");
     }
@@ -922,7 +985,11 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
     let small = puppet(&registry, &[("name", "small"), ("keys", "DSH_SMALL=s")]);
     let _small = registry.register(small).await.unwrap();
     registry.prepare().await;
-    registry.collect(&agent_call("small", "s")).await.unwrap();
+    registry
+        .collect(&agent_call("small", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert!(
         registry.runtime().retired_memory() > 0,
         "a small finished store still waits to be dropped off the caller's path"
@@ -935,11 +1002,17 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
 async fn aliased_strings_stop_at_the_host_call_data_limit() {
     let registry = registry();
     let component = registry
-        .load_file(artifacts::ALIAS_BOMB.as_ref())
+        .load(
+            LoadFrom::File(artifacts::ALIAS_BOMB.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap()
         .with_limits(quick());
     let _bomb = registry.register(component).await.unwrap();
-    let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+    let err = registry
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await
+        .unwrap_err();
     assert_eq!(err.contributor, "alias-bomb");
     let FailureCause::Guest(failure) = err.cause else {
         panic!("expected a guest failure, got {err}")
@@ -972,7 +1045,10 @@ async fn in_cwd(
     let registration = registry.register(component).await.unwrap();
     let cwd = cwd.to_str().unwrap();
     let started = Instant::now();
-    let result = registry.collect(&agent_call_in("c", "s", cwd)).await;
+    let result = registry
+        .collect(&agent_call_in("c", "s", cwd), &CollectOptions::new())
+        .await
+        .map(|c| c.overlay);
     assert!(
         started.elapsed() < BOUND,
         "{resolve} took {:?}",
@@ -1113,7 +1189,10 @@ async fn git_context_with_a_fifo_head_does_not_hang() {
         .unwrap();
     assert!(made.success());
     let component = registry
-        .load_file(artifacts::GIT_CONTEXT.as_ref())
+        .load(
+            LoadFrom::File(artifacts::GIT_CONTEXT.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap()
         .with_grants(Grants {
             cwd_read: true,
@@ -1123,9 +1202,10 @@ async fn git_context_with_a_fifo_head_does_not_hang() {
     let started = Instant::now();
     let cwd = dir.path().to_str().unwrap();
     let overlay = registry
-        .collect(&agent_call_in("c", "s", cwd))
+        .collect(&agent_call_in("c", "s", cwd), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert!(started.elapsed() < BOUND);
     assert_eq!(overlay.get("DSH_GIT_BRANCH"), None);
 }
@@ -1163,7 +1243,14 @@ async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
     std::fs::write(&path, &bytes).unwrap();
     let load = |registry: &Registry, limits: &Limits| {
         let started = Instant::now();
-        let err = registry.load_file_with(&path, limits).unwrap_err();
+        let err = load_error(
+            registry
+                .load(
+                    LoadFrom::File(&path),
+                    &LoadOptions::new().limits(limits.clone()),
+                )
+                .unwrap_err(),
+        );
         assert!(started.elapsed() < BOUND, "took {:?}", started.elapsed());
         assert_eq!(err.origin, path.display().to_string());
         err.to_string()
@@ -1204,7 +1291,13 @@ async fn a_component_that_is_costly_to_compile_is_stopped_and_remembered() {
 
     // Other bytes must be compiled, and this registry's helper is missing.
     let err = remembering
-        .load_bytes("other", &compile_bomb(10, 1))
+        .load(
+            LoadFrom::Bytes {
+                origin: "other",
+                bytes: &compile_bomb(10, 1),
+            },
+            &LoadOptions::new(),
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -1265,7 +1358,10 @@ async fn a_flood_of_registrations_starts_a_bounded_number_of_opening_threads() {
     let registry = registry();
     // Compiled, linked and declared once, so later loads are deferred.
     let warm = registry
-        .load_file(artifacts::CALL_CONTEXT.as_ref())
+        .load(
+            LoadFrom::File(artifacts::CALL_CONTEXT.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     drop(registry.register(warm).await.unwrap());
 
@@ -1277,7 +1373,10 @@ async fn a_flood_of_registrations_starts_a_bounded_number_of_opening_threads() {
     let mut most = 0;
     for _ in 0..40 {
         let component = registry
-            .load_file(artifacts::CALL_CONTEXT.as_ref())
+            .load(
+                LoadFrom::File(artifacts::CALL_CONTEXT.as_ref()),
+                &LoadOptions::new(),
+            )
             .unwrap();
         drop(registry.register(component).await.unwrap());
         let looking = Instant::now();
@@ -1297,9 +1396,16 @@ async fn a_flood_of_registrations_starts_a_bounded_number_of_opening_threads() {
     // The last ones registered, and a component whose opening was left to
     // its first call, still serve calls.
     let component = registry
-        .load_file(artifacts::CALL_CONTEXT.as_ref())
+        .load(
+            LoadFrom::File(artifacts::CALL_CONTEXT.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let _registration = registry.register(component).await.unwrap();
-    let overlay = registry.collect(&agent_call("c", "s")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert!(overlay.get("DSH_CALL_MODE").is_some(), "{overlay:?}");
 }

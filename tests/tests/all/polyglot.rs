@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use dsh_env::{Agent, ContributorComponent, Limits, Mode, Registry, ToolExecution};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_tests::{agent_call, artifacts, registry};
 
 fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -16,7 +17,9 @@ fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 fn load(registry: &Registry, path: &str) -> ContributorComponent {
-    registry.load_file(path.as_ref()).unwrap()
+    registry
+        .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+        .unwrap()
 }
 
 /// A call by agent `session_id` working in `cwd`.
@@ -73,7 +76,10 @@ async fn javascript_calls_find_their_bindings_warmed_at_build_time() {
     let _registration = (registry.register(component).await)
         .unwrap_or_else(|e| panic!("declared within {BUDGET} units of fuel: {e}"));
     for call_id in ["call-1", "call-2"] {
-        let report = (registry.collect_report(&agent_call(call_id, "s1")).await).unwrap();
+        let report = (registry
+            .collect(&agent_call(call_id, "s1"), &CollectOptions::new())
+            .await)
+            .unwrap();
         assert!(report.omitted.is_empty(), "{:?}", report.omitted);
         assert_eq!(report.overlay.get("DSH_ROOT_CALL_ID"), Some(call_id));
     }
@@ -109,15 +115,20 @@ async fn python_session_url_joins_base_url_and_session_id() {
             [("DSH_SESSION_URL".to_string(), "session-url".to_string())]
         );
         let overlay = registry
-            .collect(&agent_call("c1", "sess-42"))
+            .collect(&agent_call("c1", "sess-42"), &CollectOptions::new())
             .await
-            .unwrap();
+            .unwrap()
+            .overlay;
         assert_eq!(
             overlay.get("DSH_SESSION_URL"),
             Some(expected),
             "base_url {base_url}"
         );
-        let overlay = registry.collect(&no_agent).await.unwrap();
+        let overlay = registry
+            .collect(&no_agent, &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay;
         assert_eq!(overlay.get("DSH_SESSION_URL"), None, "no agent");
     }
 
@@ -126,9 +137,10 @@ async fn python_session_url_joins_base_url_and_session_id() {
         .await
         .unwrap();
     let overlay = registry
-        .collect(&agent_call("c1", "sess-42"))
+        .collect(&agent_call("c1", "sess-42"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_SESSION_URL"), None, "no base_url");
     assert_eq!(overlay.get("DSH_SESSION_ID"), Some("sess-42"));
 }
@@ -149,7 +161,11 @@ async fn javascript_call_context_reports_mode_and_root_call() {
         ]
     );
 
-    let overlay = registry.collect(&agent_call("call-1", "s1")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("call-1", "s1"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_CALL_MODE"), Some("foreground"));
     assert_eq!(
         overlay.get("DSH_ROOT_CALL_ID"),
@@ -158,14 +174,22 @@ async fn javascript_call_context_reports_mode_and_root_call() {
     );
 
     let overlay = registry
-        .collect(&nested_background_call("call-2", "call-1"))
+        .collect(
+            &nested_background_call("call-2", "call-1"),
+            &CollectOptions::new(),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_CALL_MODE"), Some("background"));
     assert_eq!(overlay.get("DSH_ROOT_CALL_ID"), Some("call-1"));
 
     let with_agent = agent_call("call-3", "s1").with_mode(Mode::Background);
-    let overlay = registry.collect(&with_agent).await.unwrap();
+    let overlay = registry
+        .collect(&with_agent, &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_CALL_MODE"), Some("background"));
     assert_eq!(overlay.get("DSH_ROOT_CALL_ID"), Some("call-3"));
 }
@@ -198,9 +222,10 @@ async fn c_workspace_id_hashes_the_agents_cwd() {
         );
         for session in ["s1", "s2"] {
             let overlay = registry
-                .collect(&call_in("c1", session, cwd))
+                .collect(&call_in("c1", session, cwd), &CollectOptions::new())
                 .await
-                .unwrap();
+                .unwrap()
+                .overlay;
             assert_eq!(
                 overlay.get("DSH_WORKSPACE_ID"),
                 Some(expected),
@@ -210,9 +235,10 @@ async fn c_workspace_id_hashes_the_agents_cwd() {
     }
 
     let overlay = registry
-        .collect(&ToolExecution::new("c1", "bash"))
+        .collect(&ToolExecution::new("c1", "bash"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_WORKSPACE_ID"), None, "no agent");
 }
 
@@ -263,7 +289,13 @@ async fn every_language_together_in_one_overlay() {
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let (registry, execution) = (registry.clone(), execution.clone());
-            tokio::spawn(async move { registry.collect(&execution).await.unwrap() })
+            tokio::spawn(async move {
+                registry
+                    .collect(&execution, &CollectOptions::new())
+                    .await
+                    .unwrap()
+                    .overlay
+            })
         })
         .collect();
     for task in tasks {
@@ -325,14 +357,22 @@ async fn an_interpreter_guests_pages_stay_resident_from_call_to_call() {
         // The first calls give the slot this module's image and pages.
         for _ in 0..3 {
             registry.prepare().await;
-            registry.collect(&call).await.unwrap();
+            registry
+                .collect(&call, &CollectOptions::new())
+                .await
+                .unwrap()
+                .overlay;
         }
         let mut faults = 0;
         for _ in 0..CALLS {
             // As the bash tool does: the instance is made ahead of the call.
             registry.prepare().await;
             let before = thread_page_faults();
-            let overlay = registry.collect(&call).await.unwrap();
+            let overlay = registry
+                .collect(&call, &CollectOptions::new())
+                .await
+                .unwrap()
+                .overlay;
             faults += thread_page_faults() - before;
             assert!(overlay.len() > 3, "{path} set nothing: {overlay:?}");
         }

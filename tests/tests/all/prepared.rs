@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use dsh_env::__internal::MAX_LIVE_INSTANCES;
 use dsh_env::__internal::MAX_PREPARED;
+use dsh_env::CollectOptions;
 use dsh_env::Grants;
 use dsh_env::{
     ContributorError, FailureCause, GuestFailure, HostLimits, Limits, Registration, Registry,
@@ -40,7 +41,11 @@ async fn an_instance_made_ahead_serves_one_call_only() {
         assert_eq!(registry.prepared(), 1);
         assert!(registry.is_prepared());
         let call = format!("call-{i}");
-        let overlay = registry.collect(&agent_call(&call, "s")).await.unwrap();
+        let overlay = registry
+            .collect(&agent_call(&call, "s"), &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay;
         assert_eq!(registry.prepared(), 0, "the call took it");
         assert!(!registry.is_prepared());
         assert_eq!(overlay.get("DSH_SERVED"), Some("1"), "call {i}");
@@ -50,8 +55,12 @@ async fn an_instance_made_ahead_serves_one_call_only() {
     // other a new one; neither sees the other's.
     registry.prepare().await;
     let (a, b) = (agent_call("a", "s"), agent_call("b", "s"));
-    let (a, b) = tokio::join!(registry.collect(&a), registry.collect(&b));
-    for overlay in [a.unwrap(), b.unwrap()] {
+    let options = CollectOptions::new();
+    let (a, b) = tokio::join!(
+        registry.collect(&a, &options),
+        registry.collect(&b, &options)
+    );
+    for overlay in [a.unwrap().overlay, b.unwrap().overlay] {
         assert_eq!(overlay.get("DSH_SERVED"), Some("1"));
     }
 }
@@ -75,7 +84,10 @@ async fn limits_hold_on_an_instance_made_ahead() {
         registrations.push(registry.register(component).await.unwrap());
         registry.prepare().await;
         assert_eq!(registry.prepared(), 1);
-        let err: ContributorError = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+        let err: ContributorError = registry
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
+            .await
+            .unwrap_err();
         assert_eq!(err.contributor, name);
         let expected_kind = match &err.cause {
             FailureCause::Guest(GuestFailure::Deadline(d)) => {
@@ -90,7 +102,11 @@ async fn limits_hold_on_an_instance_made_ahead() {
     // The registry is healthy afterwards.
     let _counter = counter(&registry).await;
     registry.prepare().await;
-    let overlay = registry.collect(&agent_call("after", "s")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("after", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_SERVED"), Some("1"));
 }
 
@@ -146,11 +162,12 @@ async fn instances_made_ahead_never_take_every_pool_slot() {
     assert_eq!(registry.prepared(), MAX_PREPARED);
     let collected = tokio::time::timeout(
         Duration::from_secs(60),
-        registry.collect(&agent_call("c", "s")),
+        registry.collect(&agent_call("c", "s"), &CollectOptions::new()),
     )
     .await
     .expect("a call finds a free slot")
-    .unwrap();
+    .unwrap()
+    .overlay;
     assert_eq!(collected.get("DSH_FIRST"), Some("1"));
     assert_eq!(collected.len(), 3 + 1 + more);
 }
@@ -167,13 +184,20 @@ async fn only_a_preparing_caller_leaves_finished_stores_to_drop_later() {
     let runtime = registry.runtime();
     for call in 0..3 {
         (registry
-            .collect(&agent_call(&format!("c{call}"), "s"))
+            .collect(
+                &agent_call(&format!("c{call}"), "s"),
+                &CollectOptions::new(),
+            )
             .await)
             .unwrap();
         assert_eq!(runtime.retired_memory(), 0, "call {call}, made at the call");
     }
     registry.prepare().await;
-    registry.collect(&agent_call("ahead", "s")).await.unwrap();
+    registry
+        .collect(&agent_call("ahead", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert!(
         runtime.retired_memory() > 0,
         "made ahead: its store waits for the next prepare"

@@ -7,7 +7,8 @@ use dsh_env::{
     Agent, DeclarationProblem, FailureCause, GuestFailure, KeyError, Mode, NativeContributor,
     OutputProblem, Phase, RawDeclaration, Registration, Registry, RegistryError, ToolExecution,
 };
-use dsh_env_tests::{agent_call, artifacts, echo, puppet, registry};
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
+use dsh_env_tests::{agent_call, artifacts, echo, load_error, puppet, registry};
 
 fn child_call(call_id: &str, session_id: &str, parent: &str) -> ToolExecution {
     ToolExecution::new(call_id, "bash").with_agent(Agent {
@@ -21,7 +22,9 @@ fn child_call(call_id: &str, session_id: &str, parent: &str) -> ToolExecution {
 async fn register_examples(registry: &Registry) -> Vec<Registration> {
     let mut registrations = Vec::new();
     for path in [artifacts::AGENT_LINEAGE, artifacts::CALL_TRACE] {
-        let component = registry.load_file(path.as_ref()).unwrap();
+        let component = registry
+            .load(LoadFrom::File(path.as_ref()), &LoadOptions::new())
+            .unwrap();
         registrations.push(registry.register(component).await.unwrap());
     }
     registrations
@@ -39,15 +42,19 @@ async fn declaration_error(config: &[(&str, &str)]) -> dsh_env::DeclarationError
 async fn resolve_error(config: &[(&str, &str)]) -> dsh_env::ContributorError {
     let registry = registry();
     let _puppet = registry.register(puppet(&registry, config)).await.unwrap();
-    registry.collect(&agent_call("c1", "s1")).await.unwrap_err()
+    registry
+        .collect(&agent_call("c1", "s1"), &CollectOptions::new())
+        .await
+        .unwrap_err()
 }
 
 #[tokio::test]
 async fn builtins_without_an_agent() {
     let overlay = registry()
-        .collect(&ToolExecution::new("c1", "bash"))
+        .collect(&ToolExecution::new("c1", "bash"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(
         overlay.to_map().into_iter().collect::<Vec<_>>(),
         [
@@ -60,9 +67,10 @@ async fn builtins_without_an_agent() {
 #[tokio::test]
 async fn builtins_with_an_agent_add_the_session_id() {
     let overlay = registry()
-        .collect(&agent_call("c1", "sess-1"))
+        .collect(&agent_call("c1", "sess-1"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_SESSION_ID"), Some("sess-1"));
     assert_eq!(overlay.get("DSH_SHELL"), Some("1"));
     assert_eq!(overlay.len(), 3);
@@ -73,9 +81,13 @@ async fn example_contributors_resolve_for_a_child_agent() {
     let registry = registry();
     let _examples = register_examples(&registry).await;
     let overlay = registry
-        .collect(&child_call("call-7", "child", "parent"))
+        .collect(
+            &child_call("call-7", "child", "parent"),
+            &CollectOptions::new(),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_PARENT_SESSION_ID"), Some("parent"));
     assert_eq!(overlay.get("DSH_AGENT_DEPTH"), Some("1"));
     assert_eq!(overlay.get("DSH_SESSION_ID"), Some("child"));
@@ -100,10 +112,34 @@ async fn traceparent_shares_the_trace_within_a_session_and_not_across() {
     let registry = registry();
     let _examples = register_examples(&registry).await;
     let trace = |overlay: &dsh_env::Overlay| overlay.get("DSH_TRACEPARENT").unwrap().to_string();
-    let a1 = trace(&registry.collect(&agent_call("c1", "s-a")).await.unwrap());
-    let a1_again = trace(&registry.collect(&agent_call("c1", "s-a")).await.unwrap());
-    let a2 = trace(&registry.collect(&agent_call("c2", "s-a")).await.unwrap());
-    let b1 = trace(&registry.collect(&agent_call("c1", "s-b")).await.unwrap());
+    let a1 = trace(
+        &registry
+            .collect(&agent_call("c1", "s-a"), &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay,
+    );
+    let a1_again = trace(
+        &registry
+            .collect(&agent_call("c1", "s-a"), &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay,
+    );
+    let a2 = trace(
+        &registry
+            .collect(&agent_call("c2", "s-a"), &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay,
+    );
+    let b1 = trace(
+        &registry
+            .collect(&agent_call("c1", "s-b"), &CollectOptions::new())
+            .await
+            .unwrap()
+            .overlay,
+    );
     assert_eq!(a1, a1_again, "deterministic");
     assert_eq!(a1[3..35], a2[3..35], "same session, same trace id");
     assert_ne!(
@@ -119,9 +155,10 @@ async fn example_contributors_without_an_agent() {
     let registry = registry();
     let _examples = register_examples(&registry).await;
     let overlay = registry
-        .collect(&ToolExecution::new("c1", "bash"))
+        .collect(&ToolExecution::new("c1", "bash"), &CollectOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_PARENT_SESSION_ID"), None);
     assert_eq!(overlay.get("DSH_AGENT_DEPTH"), None);
     assert_eq!(overlay.get("DSH_SESSION_ID"), None);
@@ -257,9 +294,10 @@ async fn rejects_a_key_owned_by_another_contributor_naming_both() {
     );
     assert!(
         registry
-            .collect(&agent_call("c", "s"))
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
             .await
             .unwrap()
+            .overlay
             .get("DSH_NEW")
             .is_none()
     );
@@ -281,18 +319,20 @@ async fn dropping_or_disposing_a_registration_frees_its_keys() {
         .unwrap();
     assert_eq!(
         registry
-            .collect(&agent_call("c", "s"))
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
             .await
             .unwrap()
+            .overlay
             .get("DSH_X"),
         Some("from-a")
     );
     first.dispose();
     assert_eq!(
         registry
-            .collect(&agent_call("c", "s"))
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
             .await
             .unwrap()
+            .overlay
             .get("DSH_X"),
         None
     );
@@ -311,9 +351,10 @@ async fn dropping_or_disposing_a_registration_frees_its_keys() {
     assert_eq!(second.name(), "b");
     assert_eq!(
         registry
-            .collect(&agent_call("c", "s"))
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
             .await
             .unwrap()
+            .overlay
             .get("DSH_X"),
         Some("from-b")
     );
@@ -393,7 +434,10 @@ async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
         parent_session_id: None,
         depth: 0,
     });
-    let err = registry.collect(&forged).await.unwrap_err();
+    let err = registry
+        .collect(&forged, &CollectOptions::new())
+        .await
+        .unwrap_err();
     assert_eq!(err.contributor, "dsh-env");
     assert_eq!(
         err.cause,
@@ -405,7 +449,10 @@ async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
     assert_eq!(err.to_string().lines().count(), 1, "{err}");
     // And the size rule: a session id is a value like any other.
     let huge = agent_call("c1", &"s".repeat(9000));
-    let err = registry.collect(&huge).await.unwrap_err();
+    let err = registry
+        .collect(&huge, &CollectOptions::new())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.cause,
         FailureCause::Output(OutputProblem::ValueTooLarge {
@@ -415,7 +462,11 @@ async fn a_builtin_value_with_a_control_character_is_an_error_naming_the_key() {
         })
     );
     // The registry still serves a sound call.
-    let overlay = registry.collect(&agent_call("c2", "s2")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c2", "s2"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_SESSION_ID"), Some("s2"));
 }
 
@@ -565,7 +616,12 @@ async fn a_healthy_execution_follows_a_failed_one() {
         ))
         .await
         .unwrap();
-    assert!(registry.collect(&agent_call("c1", "s")).await.is_err());
+    assert!(
+        registry
+            .collect(&agent_call("c1", "s"), &CollectOptions::new())
+            .await
+            .is_err()
+    );
     drop(bad);
     let _good = registry
         .register(puppet(
@@ -580,9 +636,10 @@ async fn a_healthy_execution_follows_a_failed_one() {
         .unwrap();
     assert_eq!(
         registry
-            .collect(&agent_call("c2", "s"))
+            .collect(&agent_call("c2", "s"), &CollectOptions::new())
             .await
             .unwrap()
+            .overlay
             .get("DSH_A"),
         Some("c2")
     );
@@ -604,9 +661,10 @@ async fn every_execution_gets_a_fresh_instance() {
         .unwrap();
     for i in 0..5 {
         let overlay = registry
-            .collect(&agent_call(&format!("c{i}"), "s"))
+            .collect(&agent_call(&format!("c{i}"), "s"), &CollectOptions::new())
             .await
-            .unwrap();
+            .unwrap()
+            .overlay;
         assert_eq!(
             overlay.get("DSH_COUNT"),
             Some("1"),
@@ -641,7 +699,11 @@ async fn concurrent_agents_never_see_each_others_values() {
                         child_call(&format!("c{i}"), &session, &parent).with_mode(Mode::Background)
                     }
                 };
-                let overlay = registry.collect(&execution).await.unwrap();
+                let overlay = registry
+                    .collect(&execution, &CollectOptions::new())
+                    .await
+                    .unwrap()
+                    .overlay;
                 assert_eq!(overlay.get("DSH_SESSION_ID"), Some(session.as_str()));
                 assert_eq!(
                     overlay.get("DSH_ECHO"),
@@ -707,16 +769,28 @@ async fn a_registration_during_a_collection_affects_only_later_ones() {
         keep: Mutex::default(),
     });
     let _meddler = registry.register_native(meddler.clone()).unwrap();
-    let first = registry.collect(&agent_call("c1", "s")).await.unwrap();
+    let first = registry
+        .collect(&agent_call("c1", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(
         first.get("DSH_LATE"),
         None,
         "registered during this collection"
     );
-    let second = registry.collect(&agent_call("c2", "s")).await.unwrap();
+    let second = registry
+        .collect(&agent_call("c2", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(second.get("DSH_LATE"), Some("here"));
     meddler.keep.lock().unwrap().clear();
-    let third = registry.collect(&agent_call("c3", "s")).await.unwrap();
+    let third = registry
+        .collect(&agent_call("c3", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(third.get("DSH_LATE"), None, "disposed");
 }
 
@@ -741,7 +815,11 @@ async fn refuses_bytes_that_are_not_a_contributor_component() {
         ),
     ];
     for (origin, bytes, expected) in cases {
-        let err = registry.load_bytes(origin, bytes).unwrap_err();
+        let err = load_error(
+            registry
+                .load(LoadFrom::Bytes { origin, bytes }, &LoadOptions::new())
+                .unwrap_err(),
+        );
         assert_eq!(err.origin, origin);
         let message = err.to_string();
         assert!(
@@ -750,9 +828,14 @@ async fn refuses_bytes_that_are_not_a_contributor_component() {
         );
         assert!(message.contains(expected), "{message}");
     }
-    let missing = registry
-        .load_file("/no/such/contributor.wasm".as_ref())
-        .unwrap_err();
+    let missing = load_error(
+        registry
+            .load(
+                LoadFrom::File("/no/such/contributor.wasm".as_ref()),
+                &LoadOptions::new(),
+            )
+            .unwrap_err(),
+    );
     assert_eq!(missing.origin, "/no/such/contributor.wasm");
 }
 
@@ -766,9 +849,81 @@ async fn the_echo_guest_echoes_the_session_under_its_configured_key() {
         listed.iter().any(|owner| owner == "echo-test"),
         "{listed:?}"
     );
-    let overlay = registry.collect(&agent_call("c", "s-echo")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c", "s-echo"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_ECHO_TEST"), Some("s-echo"));
     let no_agent = ToolExecution::new("c", "bash");
-    let overlay = registry.collect(&no_agent).await.unwrap();
+    let overlay = registry
+        .collect(&no_agent, &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     assert_eq!(overlay.get("DSH_ECHO_TEST"), None);
+}
+
+/// One contributor alone, or each alone, gives that contributor's keys and
+/// no built-ins; traced, each keeps what its call showed; a name nobody
+/// has is `None`.
+#[tokio::test]
+async fn a_collect_of_one_contributor_or_each_alone_has_its_keys_and_traces() {
+    let registry = registry();
+    let _a = (registry
+        .register(echo(&registry, "echo-a", "DSH_ECHO_A"))
+        .await)
+        .unwrap();
+    let _b = (registry
+        .register(echo(&registry, "echo-b", "DSH_ECHO_B"))
+        .await)
+        .unwrap();
+    let call = agent_call("c", "s-alone");
+    let traced = CollectOptions::new().traced(true);
+    let one = registry
+        .collect(&call, &traced.clone().only("echo-a"))
+        .await;
+    let one = one.unwrap().expect("echo-a is registered");
+    let pairs: Vec<_> = (one.overlay.iter())
+        .map(|(key, value)| (key.as_str(), value))
+        .collect();
+    assert_eq!(pairs, [("DSH_ECHO_A", "s-alone")]);
+    assert_eq!(one.traces.keys().collect::<Vec<_>>(), ["echo-a"]);
+    let untraced = registry
+        .collect(&call, &CollectOptions::new().only("echo-a"))
+        .await;
+    assert!(untraced.unwrap().unwrap().traces.is_empty());
+    let nobody = registry
+        .collect(&call, &CollectOptions::new().only("nobody"))
+        .await;
+    assert!(nobody.unwrap().is_none());
+
+    let each = registry.collect(&call, &traced.each_alone()).await;
+    let names: Vec<_> = each.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["echo-a", "echo-b"]);
+    for (name, result) in each {
+        let collection = result.unwrap();
+        assert_eq!(collection.overlay.len(), 1, "{name}");
+        assert!(collection.traces.contains_key(&name), "{name}");
+    }
+}
+
+/// A load carries the spec's own limits, or those its options give, for a
+/// spec as for a file.
+#[test]
+fn a_load_has_the_specs_limits_unless_its_options_give_others() {
+    let registry = registry();
+    let mut spec = dsh_env::ContributorSpec::file(artifacts::PUPPET);
+    spec.limits.deadline = std::time::Duration::from_millis(700);
+    let own = registry.load(LoadFrom::Spec(&spec), &LoadOptions::new());
+    assert_eq!(own.unwrap().limits(), &spec.limits);
+    let given = dsh_env::Limits {
+        deadline: std::time::Duration::from_millis(900),
+        ..dsh_env::Limits::default()
+    };
+    let options = LoadOptions::new().limits(given.clone());
+    let from_spec = registry.load(LoadFrom::Spec(&spec), &options).unwrap();
+    assert_eq!(from_spec.limits(), &given);
+    let from_file = registry.load(LoadFrom::File(artifacts::PUPPET.as_ref()), &options);
+    assert_eq!(from_file.unwrap().limits(), &given);
 }

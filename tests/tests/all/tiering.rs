@@ -12,6 +12,7 @@ use dsh_env::{
 use dsh_env_tests::{agent_call, artifacts, builder, registry_at};
 
 use crate::cache::entries;
+use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 
 /// How long a tier-up of a small Rust guest may take on a loaded machine.
 const TIER_UP_BOUND: Duration = Duration::from_secs(300);
@@ -24,7 +25,11 @@ fn tiered(home: &Path, tiering: Tiering) -> Registry {
 
 /// The first collect's `DSH_AGENT_DEPTH` in `registry`.
 async fn depth(registry: &Registry) -> Option<String> {
-    let overlay = registry.collect(&agent_call("c", "s")).await.unwrap();
+    let overlay = registry
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await
+        .unwrap()
+        .overlay;
     overlay.get("DSH_AGENT_DEPTH").map(str::to_string)
 }
 
@@ -33,7 +38,10 @@ async fn a_long_lived_host_runs_baseline_code_until_the_optimized_code_is_ready(
     let home = tempfile::tempdir().unwrap();
     let registry = tiered(home.path(), Tiering::Background);
     let component = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     assert_eq!(component.tier(), Some(CodeTier::Baseline));
     let _registration = registry.register(component.clone()).await.unwrap();
@@ -52,7 +60,12 @@ async fn a_long_lived_host_runs_baseline_code_until_the_optimized_code_is_ready(
     // The next process finds the optimized code, whatever its tiering.
     for tiering in [Tiering::Baseline, Tiering::Background] {
         let next = tiered(home.path(), tiering);
-        let component = next.load_file(artifacts::AGENT_LINEAGE.as_ref()).unwrap();
+        let component = next
+            .load(
+                LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+                &LoadOptions::new(),
+            )
+            .unwrap();
         assert_eq!(component.tier(), Some(CodeTier::Optimized), "{tiering:?}");
     }
 }
@@ -62,7 +75,10 @@ async fn a_short_lived_process_compiles_only_the_baseline() {
     let home = tempfile::tempdir().unwrap();
     let registry = tiered(home.path(), Tiering::Baseline);
     let component = registry
-        .load_file(artifacts::AGENT_LINEAGE.as_ref())
+        .load(
+            LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+            &LoadOptions::new(),
+        )
         .unwrap();
     let _registration = registry.register(component.clone()).await.unwrap();
     assert_eq!(depth(&registry).await.as_deref(), Some("0"));
@@ -73,7 +89,11 @@ async fn a_short_lived_process_compiles_only_the_baseline() {
 
     // The default compiles the optimized code at load, as before tiers.
     let optimized = registry_at(home.path());
-    let component = (optimized.load_file(artifacts::AGENT_LINEAGE.as_ref())).unwrap();
+    let component = (optimized.load(
+        LoadFrom::File(artifacts::AGENT_LINEAGE.as_ref()),
+        &LoadOptions::new(),
+    ))
+    .unwrap();
     assert_eq!(component.tier(), Some(CodeTier::Optimized));
     assert_eq!(entries(&registry).len(), 2);
 }
@@ -94,7 +114,12 @@ fn hostile(component: &ContributorComponent, how: &str, limits: Limits) -> Contr
 async fn baseline_code_is_bounded_like_optimized_code() {
     let home = tempfile::tempdir().unwrap();
     let registry = tiered(home.path(), Tiering::Baseline);
-    let puppet = registry.load_file(artifacts::PUPPET.as_ref()).unwrap();
+    let puppet = registry
+        .load(
+            LoadFrom::File(artifacts::PUPPET.as_ref()),
+            &LoadOptions::new(),
+        )
+        .unwrap();
     assert_eq!(puppet.tier(), Some(CodeTier::Baseline));
     let quick = Limits {
         deadline: Duration::from_millis(300),
@@ -119,7 +144,10 @@ async fn baseline_code_is_bounded_like_optimized_code() {
     for (how, limits, expected) in cases {
         let registration = (registry.register(hostile(&puppet, how, limits)).await).unwrap();
         let started = Instant::now();
-        let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+        let err = registry
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
+            .await
+            .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(15), "{how}");
         match err.cause {
             FailureCause::Guest(failure) => assert_eq!(failure, expected, "{how}"),
@@ -132,7 +160,10 @@ async fn baseline_code_is_bounded_like_optimized_code() {
         ..quick
     };
     let _grow = (registry.register(hostile(&puppet, "grow", limits)).await).unwrap();
-    let err = registry.collect(&agent_call("c", "s")).await.unwrap_err();
+    let err = registry
+        .collect(&agent_call("c", "s"), &CollectOptions::new())
+        .await
+        .unwrap_err();
     let FailureCause::Guest(GuestFailure::ResourceLimit(message)) = err.cause else {
         panic!("expected a resource limit, got {}", err.cause)
     };
@@ -147,7 +178,15 @@ async fn baseline_code_with_many_memories_is_refused_when_instantiated() {
     let home = tempfile::tempdir().unwrap();
     let registry = tiered(home.path(), Tiering::Baseline);
     let hogs = crate::hostile::with_hogs(1, 16);
-    let component = registry.load_bytes("sixteen-hogs", &hogs).unwrap();
+    let component = registry
+        .load(
+            LoadFrom::Bytes {
+                origin: "sixteen-hogs",
+                bytes: &hogs,
+            },
+            &LoadOptions::new(),
+        )
+        .unwrap();
     assert_eq!(component.tier(), Some(CodeTier::Baseline));
     let err = registry.register(component).await.err().unwrap();
     let message = err.to_string();

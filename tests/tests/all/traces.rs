@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use dsh_env::CollectOptions;
 use dsh_env::OnError;
 use dsh_env_tests::{agent_call, echo, puppet, registry};
 use tracing::Subscriber;
@@ -83,7 +84,7 @@ impl Recorder {
     }
 }
 
-/// Runs `collect_report` for call `call_id` under a recording subscriber
+/// Runs a collect for call `call_id` under a recording subscriber
 /// (on this thread: the test's runtime polls the collect here).
 async fn traced(
     registry: &dsh_env::Registry,
@@ -95,7 +96,9 @@ async fn traced(
     let recorder = Recorder::default();
     let subscriber = tracing_subscriber::registry().with(recorder.clone());
     let guard = tracing::subscriber::set_default(subscriber);
-    let result = registry.collect_report(&agent_call(call_id, "s")).await;
+    let result = registry
+        .collect(&agent_call(call_id, "s"), &CollectOptions::new())
+        .await;
     drop(guard);
     (recorder, result)
 }

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use dsh_env::{ContributorSpec, HostEnv, Manifest, RegistryError, SignatureError, Signer, Trust};
+use dsh_env::{LoadFrom, LoadOptions};
 use dsh_env_tests::artifacts::minisign::SigningKey;
 use dsh_env_tests::{artifacts, registry_trusting};
 
@@ -83,9 +84,13 @@ async fn every_registration_path_refuses_an_unsigned_component_under_required_si
         Ok(_) => panic!("a manifest loosened the registry's trust"),
     }
     // Loaded without the check, or under another registry's trust: refused.
-    let loaded = registry.load_file(&component).unwrap();
+    let loaded = registry
+        .load(LoadFrom::File(&component), &LoadOptions::new())
+        .unwrap();
     assert_unchecked(registry.register(loaded).await);
-    let elsewhere = dsh_env_tests::registry().load_spec(&spec).unwrap();
+    let elsewhere = dsh_env_tests::registry()
+        .load(LoadFrom::Spec(&spec), &LoadOptions::new())
+        .unwrap();
     assert_unchecked(registry.register(elsewhere).await);
     assert!(registry.contributors().is_empty());
 
@@ -93,7 +98,9 @@ async fn every_registration_path_refuses_an_unsigned_component_under_required_si
     let registration = registry.register_spec(&spec).await.unwrap();
     assert_eq!(registration.name(), "agent-lineage");
     drop(registration);
-    let loaded = registry.load_spec(&spec).unwrap();
+    let loaded = registry
+        .load(LoadFrom::Spec(&spec), &LoadOptions::new())
+        .unwrap();
     let registration = registry.register(loaded).await.unwrap();
     let listing = &registry.contributors()[0];
     assert!(
@@ -134,7 +141,12 @@ async fn trusted_keys_that_share_a_key_id_are_each_tried() {
     ] {
         let registry = registry_trusting(Trust::new(&keys, true).unwrap());
         for file in [&by_first, &by_second] {
-            let component = registry.load_spec(&ContributorSpec::file(file)).unwrap();
+            let component = registry
+                .load(
+                    LoadFrom::Spec(&ContributorSpec::file(file)),
+                    &LoadOptions::new(),
+                )
+                .unwrap();
             assert!(
                 matches!(component.signer(), Signer::Trusted { key_id, .. } if key_id.to_string() == first.id),
                 "{}: {:?}",
@@ -147,7 +159,10 @@ async fn trusted_keys_that_share_a_key_id_are_each_tried() {
     // Trusting only the first, the second's signature names a trusted id
     // but does not verify.
     let registry = registry_trusting(Trust::new(&[&first.public], true).unwrap());
-    match registry.load_spec(&ContributorSpec::file(&by_second)) {
+    match registry.load(
+        LoadFrom::Spec(&ContributorSpec::file(&by_second)),
+        &LoadOptions::new(),
+    ) {
         Err(RegistryError::Signature(SignatureError::Invalid { key_id, .. })) => {
             assert_eq!(key_id.to_string(), first.id)
         }
@@ -156,7 +171,10 @@ async fn trusted_keys_that_share_a_key_id_are_each_tried() {
     }
     // The default registry checks nothing.
     let component = dsh_env_tests::registry()
-        .load_spec(&ContributorSpec::file(&by_second))
+        .load(
+            LoadFrom::Spec(&ContributorSpec::file(&by_second)),
+            &LoadOptions::new(),
+        )
         .unwrap();
     assert!(matches!(component.signer(), Signer::Unverified { .. }));
 }

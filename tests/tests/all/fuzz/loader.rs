@@ -11,6 +11,7 @@ use dsh_env_tests::{agent_call, artifacts};
 use super::case::{CaseGuard, each_case};
 use super::mutate::mutate;
 use super::rng::Rng;
+use dsh_env::{CollectOptions, Collection, LoadFrom, LoadOptions};
 
 /// Fewer than the other targets: each input that validates is compiled.
 const LOADER_CASES: u64 = 200;
@@ -190,10 +191,23 @@ async fn fuzz_component_loader() {
 
     // The unmutated component loads, registers and resolves: the baseline.
     let compiling = Instant::now();
-    let component = registry.load_bytes("base", &bases[0]).unwrap();
+    let component = registry
+        .load(
+            LoadFrom::Bytes {
+                origin: "base",
+                bytes: &bases[0],
+            },
+            &LoadOptions::new(),
+        )
+        .unwrap();
     let compile_time = compiling.elapsed();
     let registration = registry.register(component).await.unwrap();
-    assert!(registry.collect(&agent_call("c", "s")).await.is_ok());
+    assert!(
+        registry
+            .collect(&agent_call("c", "s"), &CollectOptions::new())
+            .await
+            .is_ok()
+    );
     drop(registration);
 
     let (mut loaded, mut registered, mut collected) = (0, 0, 0);
@@ -206,13 +220,20 @@ async fn fuzz_component_loader() {
         let _guard = CaseGuard::new("loader", case, &summary).with_raw(&bytes);
         let origin = format!("fuzz-{case}");
         let loading = Instant::now();
-        let loaded_component = registry.load_bytes(&origin, &bytes);
+        let loaded_component = registry.load(
+            LoadFrom::Bytes {
+                origin: &origin,
+                bytes: &bytes,
+            },
+            &LoadOptions::new(),
+        );
         load_time += loading.elapsed();
         let running = Instant::now();
         let _running = Elapsed(running, &mut run_time);
         let component = match loaded_component {
             Ok(component) => component,
             Err(err) => {
+                let err = dsh_env_tests::load_error(err);
                 assert_eq!(err.origin, origin);
                 assert!(err.to_string().contains(&origin));
                 continue;
@@ -231,7 +252,9 @@ async fn fuzz_component_loader() {
             .map(|row| row.key.to_string())
             .collect();
         for execution in [agent_call("c1", "s1"), ToolExecution::new("c2", "bash")] {
-            if let Ok(overlay) = registry.collect(&execution).await {
+            if let Ok(Collection { overlay, .. }) =
+                registry.collect(&execution, &CollectOptions::new()).await
+            {
                 collected += 1;
                 for (key, value) in overlay.iter() {
                     assert!(
