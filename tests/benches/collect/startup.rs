@@ -82,8 +82,7 @@ pub fn startup_child() {
                         registry
                             .collect(&execution(), &CollectOptions::new())
                             .await
-                            .unwrap()
-                            .overlay;
+                            .unwrap();
                         tokio::task::yield_now().await;
                     }
                 })

@@ -53,8 +53,7 @@ async fn throughput(registry: &Registry, callers: usize) -> f64 {
                     registry
                         .collect(&execution, &CollectOptions::new())
                         .await
-                        .unwrap()
-                        .overlay;
+                        .unwrap();
                     registry.prepare().await;
                     if counting.load(Ordering::Relaxed) {
                         done.fetch_add(1, Ordering::Relaxed);

@@ -976,8 +976,7 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
                 &CollectOptions::new(),
             )
             .await
-            .unwrap()
-            .overlay;
+            .unwrap();
         assert!(registry.runtime().retired_memory() <= cap, "call {call}");
         assert!(registry.runtime().guest_memory() <= cap, "call {call}");
     }
@@ -988,8 +987,7 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
     registry
         .collect(&agent_call("small", "s"), &CollectOptions::new())
         .await
-        .unwrap()
-        .overlay;
+        .unwrap();
     assert!(
         registry.runtime().retired_memory() > 0,
         "a small finished store still waits to be dropped off the caller's path"

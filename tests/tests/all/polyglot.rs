@@ -360,8 +360,7 @@ async fn an_interpreter_guests_pages_stay_resident_from_call_to_call() {
             registry
                 .collect(&call, &CollectOptions::new())
                 .await
-                .unwrap()
-                .overlay;
+                .unwrap();
         }
         let mut faults = 0;
         for _ in 0..CALLS {

@@ -196,8 +196,7 @@ async fn only_a_preparing_caller_leaves_finished_stores_to_drop_later() {
     registry
         .collect(&agent_call("ahead", "s"), &CollectOptions::new())
         .await
-        .unwrap()
-        .overlay;
+        .unwrap();
     assert!(
         runtime.retired_memory() > 0,
         "made ahead: its store waits for the next prepare"
