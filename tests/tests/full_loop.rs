@@ -49,13 +49,7 @@ impl Harness {
     fn agent(&self, session: Session, commands: &[&str]) -> AgentLoop<ScriptedModel> {
         let tool = BashTool::new(self.registry.clone(), LocalExecutor, "/");
         let model = ScriptedModel::bash_turn(commands, "done");
-        AgentLoop::new(
-            session,
-            model,
-            tool,
-            Hooks::none(self.registry.clone()),
-            self.store.clone(),
-        )
+        AgentLoop::new(session, model, tool, Hooks::none(), self.store.clone())
     }
 
     async fn one_call(

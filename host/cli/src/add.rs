@@ -25,7 +25,7 @@ use dsh_env::{
 use dsh_env::{LoadFrom, LoadOptions};
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, value};
 
-use crate::failure::{CliResult, Failure};
+use crate::failure::{CliResult, Failure, with_remedy};
 use crate::home::resolve_home;
 use crate::network::NetworkArgs;
 use crate::setup::open_home_registry;
@@ -143,8 +143,12 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     for grant in &args.grants {
         grant.apply(&mut entry.grants);
     }
-    let spec = (entry.to_spec(&base_dir, &HostEnv::from_process()))
-        .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
+    let spec = (entry.to_spec(&base_dir, &HostEnv::from_process())).map_err(|e| {
+        Failure::config(format!(
+            "invalid manifest {manifest_shown}: {}",
+            with_remedy(&e)
+        ))
+    })?;
 
     let registry: Registry = open_home_registry(
         home,
@@ -159,7 +163,9 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         },
         None => LoadFrom::Spec(&spec),
     };
-    let component = (registry.load(from, &LoadOptions::new())).map_err(Failure::config)?;
+    let component = registry
+        .load(from, &LoadOptions::new())
+        .map_err(|e| Failure::config_error(&e))?;
     let (declaration, problems) = registry.check(&component).await.map_err(Failure::config)?;
     Review {
         origin: &origin,
@@ -203,11 +209,17 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .map_err(Failure::config)?;
     let index = existing.unwrap_or(check.contributors.len().saturating_sub(1));
     if let Some(entry) = check.contributors.get(index) {
-        (entry.to_spec(&base_dir, &HostEnv::default()))
-            .map_err(|e| Failure::config(format!("invalid manifest {manifest_shown}: {e}")))?;
+        (entry.to_spec(&base_dir, &HostEnv::default())).map_err(|e| {
+            Failure::config(format!(
+                "invalid manifest {manifest_shown}: {}",
+                with_remedy(&e)
+            ))
+        })?;
     }
     if let Some(pulled) = pulled {
-        pulled.commit(&store).map_err(Failure::config)?;
+        pulled
+            .commit(&store)
+            .map_err(|e| Failure::config_error(&e))?;
     }
     atomic_file::write(&args.manifest, edited)
         .map_err(|e| Failure::config(format!("cannot write {manifest_shown}: {e}")))?;
@@ -272,7 +284,7 @@ async fn pull(
     let reference = OciReference::parse(reference).map_err(Failure::config)?;
     let pulled = dsh_env_oci::fetch(&reference, &network.options(&reference)?)
         .await
-        .map_err(Failure::config)?;
+        .map_err(|e| Failure::config_error(&e))?;
     let pinned = pulled.artifact().reference.clone();
     let same_repository = |entry: &ContributorEntry| {
         (entry.source.as_deref())

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::failure::{CliResult, Failure};
 use crate::home::home_cache;
-use crate::setup::{manifest_trust, open_registry};
+use crate::setup::{manifest_trust, registry_config};
 
 /// What every scripted shell runs: print the managed environment.
 const SHOW_ENV: &str = "env | grep '^DSH_' | sort";
@@ -43,9 +43,11 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
             .exists()
             .then_some(default_manifest.as_path())
     });
-    let manifest = (manifest.map(Manifest::from_file).transpose()).map_err(Failure::config)?;
+    let manifest =
+        (manifest.map(Manifest::from_file).transpose()).map_err(|e| Failure::config_error(&e))?;
     let trust = manifest_trust(manifest.as_ref())?;
-    let registry = open_registry(home, cache, dsh_env::Tiering::Baseline, trust)?;
+    let registry =
+        registry_config(None, dsh_env::Tiering::Baseline)?.build_with_cache(home, cache, trust)?;
     let _registrations = match &manifest {
         Some(manifest) => registry
             .register_manifest(manifest, &HostEnv::from_process())
@@ -66,8 +68,7 @@ pub(crate) async fn demo(manifest: Option<&Path>) -> CliResult {
         "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": record}]}],
     }});
     std::fs::write(&hooks_path, hooks_json.to_string()).map_err(Failure::runtime)?;
-    let hooks = Hooks::from_file(&hooks_path, HookDialect::ClaudeCode, registry.clone())
-        .map_err(Failure::config)?;
+    let hooks = Hooks::from_file(&hooks_path, HookDialect::ClaudeCode).map_err(Failure::config)?;
 
     let cwd = std::env::current_dir()
         .map_err(Failure::runtime)?

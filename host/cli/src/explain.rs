@@ -6,12 +6,13 @@ use std::process::ExitCode;
 
 use dsh_env::__internal::escape_controls;
 use dsh_env::{Absence, OnError};
+use dsh_env_harness::host::Explanation;
 use serde_json::json;
 
 use crate::failure::CliResult;
 use crate::manifests::Approval;
 use crate::output::print_json;
-use crate::setup::Call;
+use crate::setup::{Call, Uses};
 
 /// The arguments of `explain`.
 #[derive(clap::Args)]
@@ -26,8 +27,17 @@ pub(crate) struct Args {
 /// Prints the overlay with owners, what the scrub removed, and what was omitted.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     // Explaining is how a user finds out why a manifest was not loaded.
-    let (registered, collection) = args.call.collect_with_traces(Approval::Reported).await?;
-    let (registry, home_origin) = (&registered.registry, &registered.home_origin);
+    let execution = args.call.execution()?;
+    let uses = Uses {
+        approval: Approval::Reported,
+        ..Uses::once()
+    };
+    let opened = args.call.setup.open(uses).await?;
+    let Explanation {
+        collection,
+        absences: why_absent,
+    } = opened.host.explain(&execution).await?;
+    let (registry, home_origin) = (opened.host.registry(), opened.host.home_origin());
     let listing: BTreeMap<String, (String, String)> = registry
         .list()
         .into_iter()
@@ -42,7 +52,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
         .collect();
     let home = json!({"path": registry.home().as_str(), "from": home_origin});
-    let manifests: Vec<_> = (registered.manifests.iter())
+    let manifests: Vec<_> = (opened.manifests.iter())
         .map(|m| {
             json!({"path": m.path.display().to_string(), "source": m.source.name(),
                    "used": m.used, "why": m.why})
@@ -58,7 +68,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .collect();
     // Every inherited variable the child does not get, and every one the
     // manifest's `[environment] set` gives it, with the rule.
-    let policy = &registered.environment;
+    let policy = opened.host.environment();
     let scrubbed = policy.scrubbed_from_process();
     let set: Vec<_> = (policy.set.iter())
         .map(|(name, value)| match policy.set_rule(name, value) {
@@ -74,7 +84,6 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
         .collect();
     let contributors = registry.contributors();
-    let why_absent = registry.absences(&collection);
     if args.json {
         let scrubbed: Vec<_> = scrubbed
             .iter()
@@ -133,7 +142,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     if manifests.is_empty() {
         println!("  (none)");
     }
-    for m in &registered.manifests {
+    for m in &opened.manifests {
         println!(
             "  {} {} ({})",
             if m.used { "used   " } else { "skipped" },

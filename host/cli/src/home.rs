@@ -5,7 +5,8 @@ use std::path::Path;
 
 use dsh_env::__internal::DEFAULT_MAX_BYTES;
 use dsh_env::__internal::escape_controls;
-use dsh_env::{ArtifactCache, CacheKey, DshHome, HomeContext, HomeSetting, Manifest};
+use dsh_env::{ArtifactCache, CacheKey, DshHome, HomeSetting, Manifest};
+use dsh_env_harness::host::RegistryConfig;
 
 use crate::failure::{CliResult, Failure};
 
@@ -26,31 +27,27 @@ pub(crate) fn resolve_home_explained(
     flag: Option<&str>,
     manifest: Option<&Manifest>,
 ) -> CliResult<(DshHome, String)> {
-    let mut explicit = Vec::new();
-    if let Some(path) = flag {
-        explicit.push(HomeSetting {
-            origin: "--home".into(),
-            path: path.to_string(),
-        });
-    }
-    explicit.extend(manifest.and_then(Manifest::home_setting));
-    DshHome::resolve_explained(&explicit, &HomeContext::from_process()).map_err(Failure::config)
+    let config = RegistryConfig {
+        home: home_setting(flag),
+        ..RegistryConfig::default()
+    };
+    config.home(manifest).map_err(Failure::config)
 }
 
-/// The key that authenticates the compile cache's entries: the one in the
-/// user's own home (`--home` as `flag`, `$DSH_HOME`, `~/.dsh`), never in a
-/// home a manifest names, which a checkout can fill with files of its own
-/// (docs/compiling.md). Without a user home, none: the cache is not used.
-pub(crate) fn user_cache_key(flag: Option<&str>) -> CacheKey {
-    resolve_home(flag, None).map_or(CacheKey::Absent, |home| CacheKey::in_home(&home))
+/// `--home` (`flag`) as a home setting.
+pub(crate) fn home_setting(flag: Option<&str>) -> Option<HomeSetting> {
+    flag.map(|path| HomeSetting {
+        origin: "--home".into(),
+        path: path.to_string(),
+    })
 }
 
-/// The cache in `home`, authenticated with `key`, capped by
-/// `$DSH_CACHE_MAX_MIB` (a usage error when it is not a number).
-pub(crate) fn home_cache(home: &Path, key: CacheKey) -> CliResult<ArtifactCache> {
-    let max_bytes = match std::env::var(MAX_MIB_VAR) {
-        Err(std::env::VarError::NotPresent) => DEFAULT_MAX_BYTES,
-        Ok(text) => mib(text
+/// The cache's size cap: `$DSH_CACHE_MAX_MIB` (a usage error when it is
+/// not a number), else the default.
+pub(crate) fn cache_max_bytes() -> CliResult<u64> {
+    match std::env::var(MAX_MIB_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_MAX_BYTES),
+        Ok(text) => Ok(mib(text
             .trim()
             .parse()
             .ok()
@@ -60,14 +57,19 @@ pub(crate) fn home_cache(home: &Path, key: CacheKey) -> CliResult<ArtifactCache>
                     "${MAX_MIB_VAR} must be a whole number of MiB from 0 to {MAX_MIB}, not `{}`",
                     escape_controls(&text)
                 ))
-            })?),
+            })?)),
         Err(std::env::VarError::NotUnicode(_)) => {
-            return Err(Failure::config(format!("${MAX_MIB_VAR} is not UTF-8")));
+            Err(Failure::config(format!("${MAX_MIB_VAR} is not UTF-8")))
         }
-    };
+    }
+}
+
+/// The cache in `home`, authenticated with `key`, capped by
+/// `$DSH_CACHE_MAX_MIB` (a usage error when it is not a number).
+pub(crate) fn home_cache(home: &Path, key: CacheKey) -> CliResult<ArtifactCache> {
     Ok((ArtifactCache::new(home.join("cache")))
         .with_key(key)
-        .with_max_bytes(max_bytes))
+        .with_max_bytes(cache_max_bytes()?))
 }
 
 /// `n` MiB in bytes, saturating.

@@ -19,13 +19,13 @@
 use std::process::ExitCode;
 
 use dsh_env::__internal::{MAX_HOOKS_BYTES, escape_controls, read_capped, utf8};
-use dsh_env::{Tiering, ToolExecution};
+use dsh_env::ToolExecution;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::failure::{CliResult, Failure};
 use crate::harness::{EnvChanges, Harness, execution};
-use crate::setup::{Setup, collect};
+use crate::setup::{Setup, Uses};
 
 /// The arguments of `hook`.
 #[derive(clap::Args)]
@@ -91,20 +91,16 @@ async fn answer(args: &Args) -> CliResult<Option<Value>> {
     let Some(call) = map_input(args.harness, &text)? else {
         return Ok(None);
     };
-    let registered = args.setup.open(Tiering::Baseline).await?;
-    let collection = collect(&registered, &call.execution).await?;
+    let host = args.setup.open(Uses::once()).await?.host;
+    let collection = host.collect(&call.execution).await?;
     for omitted in &collection.omitted {
         eprintln!(
             "dsh-env: warning: omitted: {}",
             escape_controls(&omitted.to_string())
         );
     }
-    let changes = EnvChanges::new(
-        std::env::vars_os(),
-        &registered.environment,
-        &collection.overlay,
-    )
-    .map_err(Failure::runtime)?;
+    let changes = EnvChanges::new(std::env::vars_os(), host.environment(), &collection.overlay)
+        .map_err(Failure::runtime)?;
     let Some(mut tool_input) = call.tool_input else {
         return Ok(Some(json!({"set": changes.set, "unset": changes.unset})));
     };

@@ -6,7 +6,7 @@ use dsh_env::__internal::escape_controls;
 
 use crate::failure::CliResult;
 use crate::output::print_json;
-use crate::setup::Setup;
+use crate::setup::{Setup, Uses};
 
 /// The arguments of `list`.
 #[derive(clap::Args)]
@@ -20,9 +20,7 @@ pub(crate) struct Args {
 
 /// Prints the registry's keys.
 pub(crate) async fn run(Args { setup, json }: Args) -> CliResult<ExitCode> {
-    let registered = setup.open(dsh_env::Tiering::Baseline).await?;
-    let registry = &registered.registry;
-    let rows = registry.list();
+    let rows = setup.open(Uses::once()).await?.host.list();
     if json {
         print_json(serde_json::json!({ "keys": rows }));
     } else {

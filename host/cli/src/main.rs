@@ -280,7 +280,7 @@ fn default_sigpipe() {
 
 /// Whether the subcommand is `run` (its first word that is not a flag).
 /// Whether argv[0] names the compile helper: the library starts every
-/// helper so, and the CLI names itself as its helper (`setup::open_registry`),
+/// helper so, and the CLI names itself as its helper (`setup::registry_config`),
 /// so that installing the CLI installs one binary.
 fn invoked_as_compile_helper() -> bool {
     std::env::args_os()
@@ -333,9 +333,13 @@ async fn dispatch(command: Command) -> CliResult<ExitCode> {
         }
         Command::Serve { setup, hooks } => {
             // Long-lived: optimized code replaces the baseline when ready.
-            let registered = setup.open(dsh_env::Tiering::Background).await?;
-            let hooks = hooks.load(&registered)?;
-            serve::serve(registered, hooks)
+            let uses = setup::Uses {
+                tiering: dsh_env::Tiering::Background,
+                hooks: Some(&hooks),
+                prepare_ahead: true,
+                ..setup::Uses::once()
+            };
+            serve::serve(setup.open(uses).await?.host)
                 .await
                 .map_err(Failure::runtime)?;
             Ok(ExitCode::SUCCESS)

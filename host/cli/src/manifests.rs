@@ -151,7 +151,7 @@ pub(crate) fn find(
             found.skip(path, source, format!("{} comes first", first.described()));
             continue;
         }
-        found.manifest = Some(Manifest::from_file(&path).map_err(Failure::config)?);
+        found.manifest = Some(Manifest::from_file(&path).map_err(|e| Failure::config_error(&e))?);
         found.use_(path, source, format!("named by {}", source.described()));
         first = Some(source);
     }
@@ -185,7 +185,8 @@ pub(crate) fn find(
                 format!("in the home; {} comes first", first.described()),
             ),
             None => {
-                found.manifest = Some(Manifest::from_file(&path).map_err(Failure::config)?);
+                found.manifest =
+                    Some(Manifest::from_file(&path).map_err(|e| Failure::config_error(&e))?);
                 found.use_(path, Source::User, "in the home".into());
             }
         }

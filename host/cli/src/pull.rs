@@ -19,7 +19,7 @@ use dsh_env::{
 };
 use dsh_env::{LoadFrom, LoadOptions};
 
-use crate::failure::{CliResult, Failure};
+use crate::failure::{CliResult, Failure, with_remedy};
 use crate::home::resolve_home;
 use crate::manifests::{Approval, NO_MANIFEST, find};
 use crate::network::NetworkArgs;
@@ -67,7 +67,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     let manifest = found.manifest.ok_or_else(|| Failure::config(NO_MANIFEST))?;
     let specs = manifest
         .specs(&HostEnv::from_process())
-        .map_err(Failure::config)?;
+        .map_err(|e| Failure::config_error(&e))?;
     let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
     let store = Store::in_home(&home);
     let tiering = if args.optimize {
@@ -151,7 +151,7 @@ async fn pull_one(
     };
     if store.load(reference).is_ok() {
         if optimize && let Err(e) = registry.load(LoadFrom::Spec(spec), &LoadOptions::new()) {
-            return Outcome::Failed(e.to_string());
+            return Outcome::Failed(with_remedy(&e));
         }
         return Outcome::Present;
     }
@@ -162,17 +162,22 @@ async fn pull_one(
     };
     let fetched = match dsh_env_oci::fetch(reference, &options).await {
         Ok(fetched) => fetched,
-        Err(e) => return Outcome::Failed(e.to_string()),
+        Err(e) => return Outcome::Failed(with_remedy(&e)),
     };
     // The checks a load makes (the entry's pin, `[trust]`, a component that
     // compiles), on the bytes in memory: a refused artifact is never stored.
-    let artifact = fetched.artifact();
-    if let Err(e) = registry.load(LoadFrom::Pulled { spec, artifact }, &LoadOptions::new()) {
-        return Outcome::Failed(e.to_string());
+    if let Err(e) = registry.load(
+        LoadFrom::Pulled {
+            spec,
+            artifact: fetched.artifact(),
+        },
+        &LoadOptions::new(),
+    ) {
+        return Outcome::Failed(with_remedy(&e));
     }
     let bytes = fetched.artifact().wasm.len() as u64;
     match fetched.commit(store) {
         Ok(_) => Outcome::Pulled(bytes),
-        Err(e) => Outcome::Failed(e.to_string()),
+        Err(e) => Outcome::Failed(with_remedy(&e)),
     }
 }

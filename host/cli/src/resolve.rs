@@ -6,7 +6,7 @@ use dsh_env::__internal::escape_controls;
 
 use crate::failure::CliResult;
 use crate::output::print_json;
-use crate::setup::Call;
+use crate::setup::{Call, Uses};
 
 /// The arguments of `resolve`.
 #[derive(clap::Args)]
@@ -22,8 +22,9 @@ pub(crate) struct Args {
 /// each is escaped as all guest text on a human-readable line is), or JSON
 /// (`{format, overlay: {KEY: value}}`, keys sorted, exact).
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
-    let (_execution, _registered, collection) = args.call.collect(false).await?;
-    let overlay = collection.overlay;
+    let execution = args.call.execution()?;
+    let opened = args.call.setup.open(Uses::once()).await?;
+    let overlay = opened.host.collect(&execution).await?.overlay;
     if args.json {
         print_json(serde_json::json!({ "overlay": overlay.to_map() }));
     } else {

@@ -7,10 +7,12 @@
 //! SIGQUIT, SIGTERM and SIGHUP sent to dsh-env are passed on to the command.
 //!
 //! With hooks (`--hooks`, or the manifest's `hooks`), the `PreToolUse` hooks
-//! run before anything else is done for the call (a block is exit 125,
-//! naming its reasons) and the `PostToolUse` hooks after the command ends
-//! (or has started, with `--background`); what they say is printed on
-//! stderr as `[hook]` lines.
+//! run once the overlay is collected, with it (a block is exit 125, naming
+//! its reasons, and the command does not run), and the `PostToolUse` hooks
+//! after the command ends (or has started, with `--background`); what they
+//! say is printed on stderr as `[hook]` lines. The bash call is the host's
+//! ([`dsh_env_harness::host::Host::run_bash`]); this module only runs the
+//! command on the terminal.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -19,21 +21,20 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use dsh_env::__internal::escape_controls;
+use dsh_env::Mode;
 use dsh_env_harness::executor::shell_command;
-use dsh_env_harness::hooks::{BashCall, HookNotes, Hooks, PermissionMode};
+use dsh_env_harness::hooks::PermissionMode;
+use dsh_env_harness::host::{BashRequest, BashRunner, HostError, HostErrorCode, Ran};
 use dsh_env_harness::{ExecError, ShellExecRequest};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::failure::{CliResult, Failure};
+use crate::failure::{CliResult, Failure, TIMED_OUT};
 use crate::manifests::shell_quoted;
-use crate::setup::{Call, HooksArg, collect, parse_env_pair};
+use crate::setup::{Call, HooksArg, Uses, parse_env_pair};
 
 /// Exit code for dsh-env's own failure (a contributor's included), when the
 /// command did not run.
 pub(crate) const OWN_FAILURE: u8 = 125;
-
-/// Exit code when the command ran past `--timeout-secs`.
-const TIMED_OUT: u8 = 124;
 
 /// The arguments of `run`.
 #[derive(clap::Args)]
@@ -78,113 +79,106 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         })
 }
 
-/// The hooks around this run's command, and the call they see.
-struct RunHooks {
-    hooks: Hooks,
-    call: BashCall,
-}
-
-impl RunHooks {
-    /// Runs the `PostToolUse` hooks, then prints what every hook said.
-    async fn after(&self, response: Value, mut notes: HookNotes) {
-        self.hooks
-            .after_bash(&self.call, response, &mut notes)
-            .await;
-        for text in notes.context.iter().chain(&notes.feedback) {
-            eprintln!("dsh-env: [hook] {}", escape_controls(text.trim_end()));
-        }
+/// [`run`], with dsh-env's failures still in their usual codes: the
+/// host's bash call, run on this terminal.
+async fn run_command(args: Args) -> CliResult<ExitCode> {
+    let execution = args.call.execution()?;
+    let uses = Uses {
+        hooks: Some(&args.hooks),
+        ..Uses::once()
+    };
+    let host = args.call.setup.open(uses).await?.host;
+    let mut call = BashRequest::new(execution, shell_command_line(&args.command));
+    call.env = args.env.into_iter().collect();
+    call.timeout = Some(Duration::from_secs(args.timeout_secs));
+    call.permission_mode = args.permission_mode;
+    call.background = args.background;
+    let outcome = host.run_bash(call, &Terminal).await?;
+    for text in (outcome.notes.iter()).flat_map(|notes| notes.context.iter().chain(&notes.feedback))
+    {
+        eprintln!("dsh-env: [hook] {}", escape_controls(text.trim_end()));
+    }
+    match outcome.output {
+        Ended::Exited(status) => Ok(ExitCode::from(exit_code(status))),
+        Ended::Started => Ok(ExitCode::SUCCESS),
+        Ended::TimedOut => Err(HostError::new(
+            HostErrorCode::TimedOut,
+            format!("the command timed out after {} s", args.timeout_secs),
+        )
+        .into()),
     }
 }
 
-/// [`run`], with dsh-env's failures still in their usual codes.
-async fn run_command(args: Args) -> CliResult<ExitCode> {
-    let (execution, registered) = args.call.open(args.background).await?;
-    let line = shell_command_line(&args.command);
-    let timeout = Duration::from_secs(args.timeout_secs);
-    let hooks = match args.hooks.load(&registered)? {
-        Some(hooks) => {
-            let timeout = (!args.background).then_some(timeout);
-            let call = BashCall::new(&execution, &line, timeout, args.permission_mode)
-                .map_err(Failure::runtime)?;
-            Some(RunHooks { hooks, call })
-        }
-        None => None,
-    };
-    // Before the contributors run: a blocked call does nothing at all.
-    let notes = match &hooks {
-        Some(run) => run
-            .hooks
-            .before_bash(&run.call)
-            .await
-            .map_err(Failure::runtime)?,
-        None => HookNotes::default(),
-    };
-    let collection = collect(&registered, &execution).await?;
-    let mut request = ShellExecRequest::for_execution(line, &execution, collection.overlay)
-        .map_err(Failure::runtime)?;
-    request.env = args.env.into_iter().collect();
-    request.environment = registered.environment;
-    let mut command = shell_command(&request).map_err(Failure::runtime)?;
-    let spawn_failure = |source| {
-        Failure::runtime(ExecError::Spawn {
+/// How the command ended, for `run`'s exit code.
+enum Ended {
+    /// It exited, or a signal killed it.
+    Exited(std::process::ExitStatus),
+    /// It ran past its timeout and was killed.
+    TimedOut,
+    /// It was started in the background.
+    Started,
+}
+
+/// `run`'s way of running a command: on this terminal, with dsh-env's
+/// signals passed on; detached in its own process group in the background.
+struct Terminal;
+
+impl BashRunner for Terminal {
+    type Output = Ended;
+
+    async fn run(&self, request: ShellExecRequest, mode: Mode) -> Result<Ran<Ended>, ExecError> {
+        let mut command = shell_command(&request)?;
+        let spawn_failure = |source| ExecError::Spawn {
             workdir: request.workdir.display().to_string(),
             source,
-        })
-    };
-    if args.background {
-        // Its own process group: the terminal's Ctrl-C is not for it.
-        let child = command
-            .stdin(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(spawn_failure)?;
+        };
+        if mode == Mode::Background {
+            // Its own process group: the terminal's Ctrl-C is not for it.
+            let child = command
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .map_err(spawn_failure)?;
+            if let Some(pid) = child.id() {
+                eprintln!("dsh-env: started in the background as pid {pid}");
+            }
+            return Ok(Ran {
+                tool_response: json!({"background": true, "pid": child.id()}),
+                output: Ended::Started,
+            });
+        }
+        // A command reading a terminal must stay in its foreground process
+        // group; elsewhere it gets a group of its own, so that a timeout ends
+        // everything it started.
+        let own_group = !std::io::stdin().is_terminal();
+        if own_group {
+            command.process_group(0);
+        }
+        // Caught from before the spawn: a signal that comes while the command
+        // starts is held, then passed on, instead of ending dsh-env.
+        catch_signals();
+        let mut child = command.kill_on_drop(true).spawn().map_err(spawn_failure)?;
         if let Some(pid) = child.id() {
-            eprintln!("dsh-env: started in the background as pid {pid}");
+            forward_signals(pid, own_group);
         }
-        if let Some(hooks) = &hooks {
-            let response = json!({"background": true, "pid": child.id()});
-            hooks.after(response, notes).await;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    // A command reading a terminal must stay in its foreground process
-    // group; elsewhere it gets a group of its own, so that a timeout ends
-    // everything it started.
-    let own_group = !std::io::stdin().is_terminal();
-    if own_group {
-        command.process_group(0);
-    }
-    // Caught from before the spawn: a signal that comes while the command
-    // starts is held, then passed on, instead of ending dsh-env.
-    catch_signals();
-    let mut child = command.kill_on_drop(true).spawn().map_err(spawn_failure)?;
-    if let Some(pid) = child.id() {
-        forward_signals(pid, own_group);
-    }
-    let waited = tokio::time::timeout(timeout, child.wait()).await;
-    // Reaped, its pid may be reused: pass nothing on any more.
-    FORWARD_TO.store(0, Ordering::Relaxed);
-    let status = match waited {
-        Ok(status) => Some(status.map_err(Failure::runtime)?),
-        Err(_) => {
-            kill(&mut child, own_group);
-            let _ = child.wait().await;
-            None
-        }
-    };
-    if let Some(hooks) = &hooks {
-        let response = json!({
-            "exit_code": status.and_then(|status| status.code()),
-            "timed_out": status.is_none(),
-        });
-        hooks.after(response, notes).await;
-    }
-    match status {
-        Some(status) => Ok(ExitCode::from(exit_code(status))),
-        None => Err(Failure {
-            code: TIMED_OUT,
-            message: format!("the command timed out after {} s", args.timeout_secs),
-        }),
+        let waited = tokio::time::timeout(request.timeout, child.wait()).await;
+        // Reaped, its pid may be reused: pass nothing on any more.
+        FORWARD_TO.store(0, Ordering::Relaxed);
+        let status = match waited {
+            Ok(status) => Some(status?),
+            Err(_) => {
+                kill(&mut child, own_group);
+                let _ = child.wait().await;
+                None
+            }
+        };
+        Ok(Ran {
+            tool_response: json!({
+                "exit_code": status.and_then(|status| status.code()),
+                "timed_out": status.is_none(),
+            }),
+            output: status.map_or(Ended::TimedOut, Ended::Exited),
+        })
     }
 }
 

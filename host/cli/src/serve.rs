@@ -24,24 +24,19 @@
 //! harness's own (members it does not read, such as `arguments`, are skipped,
 //! never kept), and `config` and `env` are maps of the caller's names.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::EnvChanges;
-use crate::setup::Registered;
 use dsh_env::__internal::{escape_controls, unknown_key};
-use dsh_env::CollectOptions;
-use dsh_env::EnvironmentPolicy;
-use dsh_env::{
-    Collection, ContributorEntry, Culprit, HostEnv, Registration, Registry, ToolExecution,
-    supported_contracts,
+use dsh_env::{Collection, ContributorEntry, Culprit, HostEnv, ToolExecution, supported_contracts};
+use dsh_env_harness::hooks::PermissionMode;
+use dsh_env_harness::host::{
+    BashRequest, Captured, HooksSource, Host, HostError, HostErrorCode, Registered,
 };
-use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};
-use dsh_env_harness::{
-    ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
-};
+use dsh_env_harness::{LocalExecutor, TimeoutUnit, checked_timeout};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::value::RawValue;
@@ -79,6 +74,12 @@ const MAX_IN_FLIGHT: usize = 16;
 /// Names in `exec`'s `env` at most: each costs a map entry beside its bytes,
 /// so this bounds what typing `env` adds to the request's line.
 const MAX_EXEC_ENV: usize = 4096;
+
+impl From<HostError> for RpcError {
+    fn from(err: HostError) -> Self {
+        RpcError::from_host(err)
+    }
+}
 
 /// A JSON-RPC error, with what it names as `data`.
 struct RpcError {
@@ -123,6 +124,24 @@ impl RpcError {
 
     fn app(err: impl std::fmt::Display) -> Self {
         Self::new(APPLICATION_ERROR, err.to_string())
+    }
+
+    /// A host error as this protocol has it, from its code (one table): an
+    /// invalid argument is invalid params, a blocking hook -32001, and
+    /// everything else an application error; what it names is `data`.
+    fn from_host(err: HostError) -> Self {
+        let (code, message) = match err.code {
+            HostErrorCode::InvalidArgument => {
+                (INVALID_PARAMS, format!("invalid params: {}", err.message))
+            }
+            HostErrorCode::HookBlocked => (HOOK_BLOCKED, err.message),
+            _ => (APPLICATION_ERROR, err.message),
+        };
+        RpcError {
+            code,
+            message,
+            data: *err.culprit,
+        }
     }
 
     /// `self`, naming what `err` names.
@@ -374,16 +393,12 @@ fn count_requests(line: &str) -> Result<usize, RpcError> {
 }
 
 struct Server {
-    registry: Registry,
-    /// The manifest's `[environment]`, for `exec`'s children.
-    environment: EnvironmentPolicy,
+    /// The registry, its registrations, the hooks around `exec`'s commands
+    /// (`--hooks` or the manifest's, until an `initialize` names others)
+    /// and the manifest's `[environment]` for its children.
+    host: Host,
     /// What `grants.env` may copy, read once at startup.
     host_env: HostEnv,
-    /// Held only between awaits, never across one.
-    registrations: Mutex<HashMap<String, Registration>>,
-    /// The hooks around `exec`'s commands: `--hooks` or the manifest's,
-    /// until an `initialize` names others. Held only to clone the `Arc`.
-    hooks: Mutex<Option<Arc<Hooks>>>,
 }
 
 /// One line of stdin, as the reader thread saw it.
@@ -463,17 +478,10 @@ async fn write_responses(mut responses: mpsc::UnboundedReceiver<Outgoing>) -> st
 }
 
 /// Serves requests until stdin closes and every request read is answered.
-pub(crate) async fn serve(registered: Registered, hooks: Option<Hooks>) -> std::io::Result<()> {
+pub(crate) async fn serve(host: Host) -> std::io::Result<()> {
     let server = Arc::new(Server {
-        hooks: Mutex::new(hooks.map(Arc::new)),
-        registry: registered.registry,
-        environment: registered.environment,
+        host,
         host_env: HostEnv::from_process(),
-        registrations: Mutex::new(
-            (registered.registrations.into_iter())
-                .map(|r| (r.name().to_string(), r))
-                .collect(),
-        ),
     });
     let (sender, mut lines) = mpsc::channel(LINES_AHEAD);
     std::thread::Builder::new()
@@ -484,7 +492,7 @@ pub(crate) async fn serve(registered: Registered, hooks: Option<Hooks>) -> std::
     let (responses, outgoing) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_responses(outgoing));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    server.registry.prepare().await;
+    server.host.prepare_next();
     let mut read_error = None;
     while let Some(line) = lines.recv().await {
         let request = match line {
@@ -534,7 +542,7 @@ pub(crate) async fn serve(registered: Registered, hooks: Option<Hooks>) -> std::
                 let _ = responses.send((response.to_string(), permit));
             }
             // The client has its answer: make the next call's instances now.
-            server.registry.prepare().await;
+            server.host.prepare_next();
         });
     }
     // Every slot back: every request read has been answered.
@@ -599,11 +607,13 @@ impl Server {
     }
 
     async fn dispatch(&self, call: Call) -> Result<Value, RpcError> {
+        let omitted = |collection: &Collection| -> Vec<String> {
+            collection.omitted.iter().map(ToString::to_string).collect()
+        };
         match call {
             Call::Initialize(params) => {
                 if let Some(hooks) = params.hooks {
-                    let hooks = self.read_hooks(&hooks)?;
-                    *lock(&self.hooks) = Some(Arc::new(hooks));
+                    self.set_hooks(&hooks)?;
                 }
                 Ok(json!({
                     "protocol_version": PROTOCOL_VERSION,
@@ -613,52 +623,37 @@ impl Server {
             }
             Call::Register(entry) => self.register(*entry).await,
             Call::Dispose(params) => {
-                let removed = self.registrations().remove(&params.name);
-                match removed {
-                    Some(registration) => {
-                        registration.dispose();
-                        Ok(json!({"disposed": true}))
-                    }
-                    None => {
-                        let mut err = RpcError::app(format!(
-                            "no contributor `{}` is registered",
-                            escape_controls(&params.name)
-                        ));
-                        err.data.contributor = Some(params.name);
-                        Err(err)
-                    }
-                }
+                self.host.dispose(&params.name)?;
+                Ok(json!({"disposed": true}))
             }
-            Call::List => Ok(json!(self.registry.list())),
+            Call::List => Ok(json!(self.host.list())),
             Call::Collect(params) => {
-                let collection = self.collect(&params.execution).await?;
-                let omitted: Vec<String> =
-                    collection.omitted.iter().map(ToString::to_string).collect();
-                Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted}))
+                let collection = self.host.collect(&params.execution).await?;
+                Ok(json!({"overlay": collection.overlay.to_map(), "omitted": omitted(&collection)}))
             }
             Call::Explain(params) => {
-                let options = CollectOptions::new().traced(true);
-                let collection = (self.registry.collect(&params.execution, &options).await)
-                    .map_err(|err| RpcError::app(&err).naming(&err))?;
-                let omitted: Vec<String> =
-                    collection.omitted.iter().map(ToString::to_string).collect();
+                let explanation = self.host.explain(&params.execution).await?;
+                let collection = &explanation.collection;
                 Ok(json!({
                     "overlay": collection.overlay.to_map(),
-                    "omitted": omitted,
-                    "why_absent": self.registry.absences(&collection),
+                    "omitted": omitted(collection),
+                    "why_absent": explanation.absences,
                 }))
             }
             Call::ShellEnv(params) => {
                 // What the client's own shell must change for the call: the
                 // client gave this server its environment, as it gives its
                 // shell.
-                let collection = self.collect(&params.execution).await?;
-                let changes =
-                    EnvChanges::new(std::env::vars_os(), &self.environment, &collection.overlay)
-                        .map_err(RpcError::app)?;
-                let omitted: Vec<String> =
-                    collection.omitted.iter().map(ToString::to_string).collect();
-                Ok(json!({"set": changes.set, "unset": changes.unset, "omitted": omitted}))
+                let collection = self.host.collect(&params.execution).await?;
+                let changes = EnvChanges::new(
+                    std::env::vars_os(),
+                    self.host.environment(),
+                    &collection.overlay,
+                )
+                .map_err(RpcError::app)?;
+                Ok(
+                    json!({"set": changes.set, "unset": changes.unset, "omitted": omitted(&collection)}),
+                )
             }
             Call::Exec(params) => self.exec(*params).await,
         }
@@ -670,96 +665,43 @@ impl Server {
         let spec = (params.to_spec(Path::new(""), &self.host_env)).map_err(|err| {
             RpcError::params(format!("contributor {}: {err}", params.label())).naming(&err)
         })?;
-        let registration = self
-            .registry
-            .register_spec(&spec)
-            .await
-            .map_err(|err| RpcError::app(&err).naming(&err))?;
-        let name = registration.name().to_string();
-        let keys: Vec<_> = self
-            .registry
-            .list()
-            .into_iter()
-            .filter(|row| row.owner == name)
-            .map(|row| row.key)
-            .collect();
-        self.registrations().insert(name.clone(), registration);
+        let Registered { name, keys } = self.host.register_spec(&spec).await?;
         Ok(json!({"name": name, "keys": keys}))
     }
 
     /// `initialize`'s `hooks`: a file's path (relative to the server's
-    /// working directory) or a hooks.json document, read and checked.
-    fn read_hooks(&self, hooks: &Value) -> Result<Hooks, RpcError> {
-        let (registry, dialect) = (self.registry.clone(), HookDialect::ClaudeCode);
-        let read = match hooks {
-            Value::String(path) => {
-                Hooks::from_file(Path::new(path), dialect, registry).map_err(|err| err.to_string())
+    /// working directory) or a hooks.json document, read and checked, for
+    /// every later `exec`.
+    fn set_hooks(&self, hooks: &Value) -> Result<(), RpcError> {
+        let source = match hooks {
+            Value::String(path) => HooksSource::File(path.into()),
+            Value::Object(_) => HooksSource::Document(hooks.to_string()),
+            _ => {
+                return Err(RpcError::params(
+                    "hooks: expected a hooks.json file's path or its document (an object)",
+                ));
             }
-            // The document is the params: no file to name.
-            Value::Object(_) => Hooks::parse(&hooks.to_string(), "hooks", dialect, registry)
-                .map_err(|err| err.message),
-            _ => Err("expected a hooks.json file's path or its document (an object)".into()),
         };
-        read.map_err(|err| RpcError::params(format!("hooks: {}", escape_controls(&err))))
+        self.host
+            .set_hooks(&source)
+            .map_err(|err| err.prefixed("hooks: "))?;
+        Ok(())
     }
 
-    /// `exec`: the `PreToolUse` hooks, the overlay for the execution, the
-    /// command with it, then the `PostToolUse` hooks.
+    /// `exec`: the host's bash call (the overlay, the `PreToolUse` hooks,
+    /// the command with its output captured, the `PostToolUse` hooks).
     async fn exec(&self, params: ExecParams) -> Result<Value, RpcError> {
         let timeout = params.timeout()?;
-        let hooks = lock(&self.hooks).clone();
-        let around = match hooks {
-            Some(hooks) => {
-                let call = BashCall::new(
-                    &params.execution,
-                    &params.command,
-                    timeout,
-                    params.permission_mode,
-                )
-                .map_err(RpcError::app)?;
-                let notes = (hooks.before_bash(&call).await)
-                    .map_err(|blocked| RpcError::new(HOOK_BLOCKED, blocked.to_string()))?;
-                Some((hooks, call, notes))
-            }
-            None => None,
-        };
-        let Collection { overlay, .. } = self.collect(&params.execution).await?;
-        let mut request =
-            ShellExecRequest::for_execution(params.command, &params.execution, overlay)
-                .map_err(RpcError::app)?;
-        request.env = params.env;
-        request.environment = self.environment.clone();
-        request.stdin = params.stdin.map(String::into_bytes);
-        if let Some(timeout) = timeout {
-            request.timeout = timeout;
-        }
-        let output = LocalExecutor.run(request).await.map_err(|err| match &err {
-            ExecError::Env(env) => RpcError::app(&err).naming(env),
-            _ => RpcError::app(&err),
-        })?;
-        let mut report = serde_json::to_value(ExecReport::from(output)).map_err(RpcError::app)?;
-        if let Some((hooks, call, mut notes)) = around {
-            hooks.after_bash(&call, report.clone(), &mut notes).await;
+        let mut call = BashRequest::new(params.execution, params.command);
+        call.env = params.env;
+        call.stdin = params.stdin.map(String::into_bytes);
+        call.timeout = timeout;
+        call.permission_mode = params.permission_mode;
+        let outcome = self.host.run_bash(call, &Captured(LocalExecutor)).await?;
+        let mut report = serde_json::to_value(outcome.output).map_err(RpcError::app)?;
+        if let Some(notes) = outcome.notes {
             report["hooks"] = json!(notes);
         }
         Ok(report)
     }
-
-    /// The overlay for `execution`.
-    async fn collect(&self, execution: &ToolExecution) -> Result<Collection, RpcError> {
-        self.registry
-            .collect(execution, &CollectOptions::new())
-            .await
-            .map_err(|err| RpcError::app(&err).naming(&err))
-    }
-
-    fn registrations(&self) -> std::sync::MutexGuard<'_, HashMap<String, Registration>> {
-        lock(&self.registrations)
-    }
-}
-
-/// `mutex`, locked: a panic elsewhere cannot leave what it holds (a map, an
-/// `Arc`) half-changed, so a poisoned one is used as is.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -1,45 +1,33 @@
-//! What the commands that run contributors share: opening a registry from
-//! `--manifest`/`--home` (with compile progress on a terminal) and reading
-//! `--execution`.
+//! What the commands that run contributors share: their arguments
+//! (`--manifest`, `--home`, `--optimize`, `--hooks`, `--execution`) as the
+//! host's configuration, with compile progress on a terminal.
 
 mod progress;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Args;
 use dsh_env::__internal::{
     MAX_EXECUTION_BYTES, compile, escape_controls, read_capped, read_regular_text, utf8,
 };
-use dsh_env::CollectOptions;
-use dsh_env::EnvironmentPolicy;
-use dsh_env::{
-    ArtifactCache, Collection, DshHome, HostEnv, Manifest, Mode, Registration, Registry, Tiering,
-    ToolExecution, Trust,
-};
-use dsh_env_harness::hooks::{HookDialect, Hooks};
+use dsh_env::{DshHome, Manifest, Registry, Tiering, ToolExecution, Trust};
+use dsh_env_harness::host::{HooksSource, Host, HostConfig, RegistryConfig};
 
 use crate::failure::{CliResult, Failure};
-use crate::home::{home_cache, resolve_home_explained, user_cache_key};
+use crate::home::{cache_max_bytes, home_setting};
 use crate::manifests::{self, Approval, Considered, Found, ManifestHooks};
 
 /// This process's own executable image (Linux), started as its compile helper.
 const OWN_IMAGE: &str = "/proc/self/exe";
 
-/// A registry, the registrations that keep its contributors registered, and
-/// what the manifest says about children and the home.
-pub(crate) struct Registered {
-    /// The registry.
-    pub(crate) registry: Registry,
-    /// Its contributors stay registered while these live.
-    pub(crate) registrations: Vec<Registration>,
-    /// The manifest's `[environment]` (the default without a manifest).
-    pub(crate) environment: EnvironmentPolicy,
-    /// Where the home came from: `--home`, the manifest, `$DSH_HOME` or the default.
-    pub(crate) home_origin: String,
+/// A host opened from the command line, and every manifest considered for
+/// it (for `explain`).
+pub(crate) struct Opened {
+    /// The host.
+    pub(crate) host: Host,
     /// Every manifest considered, the one used and those skipped.
     pub(crate) manifests: Vec<Considered>,
-    /// The manifest's `hooks` file, if it names one.
-    pub(crate) hooks: Option<ManifestHooks>,
 }
 
 /// `--hooks`, for the commands that run a command (`run`, `serve`).
@@ -52,34 +40,17 @@ pub(crate) struct HooksArg {
 }
 
 impl HooksArg {
-    /// The hooks of `--hooks`, else of the manifest's `hooks`, read and
-    /// checked (a bad file is a configuration error naming it); their
-    /// hooks collect their own overlays from `registered`'s registry.
-    pub(crate) fn load(&self, registered: &Registered) -> CliResult<Option<Hooks>> {
-        let registry = registered.registry.clone();
-        let dialect = HookDialect::ClaudeCode;
-        let (hooks, origin) = match (&self.hooks, &registered.hooks) {
-            (Some(path), _) => (Hooks::from_file(path, dialect, registry), None),
-            (None, Some(hooks)) => {
-                let (path, origin) = (&hooks.setting.path, hooks.setting.origin.as_str());
-                // Approved with a project manifest: the text approved runs.
-                let hooks = match &hooks.approved {
-                    Some(text) => {
-                        Hooks::parse(text, &path.display().to_string(), dialect, registry)
-                    }
-                    None => Hooks::from_file(path, dialect, registry),
-                };
-                (hooks, Some(origin))
-            }
-            (None, None) => return Ok(None),
-        };
-        hooks.map(Some).map_err(|err| {
-            let path = escape_controls(&err.path);
-            Failure::config(match origin {
-                Some(origin) => format!("hooks file {path} ({origin}): {}", err.message),
-                None => format!("hooks file {path}: {}", err.message),
-            })
-        })
+    /// The hooks of `--hooks`, else of the manifest's `hooks` (`manifest`:
+    /// the text approved with a project manifest, which is what runs).
+    fn source(&self, manifest: Option<ManifestHooks>) -> HooksSource {
+        match (&self.hooks, manifest) {
+            (Some(path), _) => HooksSource::File(path.clone()),
+            (None, Some(ManifestHooks { setting, approved })) => match approved {
+                Some(text) => HooksSource::Approved { setting, text },
+                None => HooksSource::Manifest,
+            },
+            (None, None) => HooksSource::None,
+        }
     }
 }
 
@@ -113,122 +84,80 @@ struct ExecutionArg {
 #[derive(Args)]
 pub(crate) struct Call {
     #[command(flatten)]
-    setup: Setup,
+    pub(crate) setup: Setup,
     #[command(flatten)]
     execution: ExecutionArg,
 }
 
 impl Call {
-    /// Loads the execution (as a background call when `background`), opens
-    /// the registry and collects for it.
-    pub(crate) async fn collect(
-        &self,
-        background: bool,
-    ) -> CliResult<(ToolExecution, Registered, Collection)> {
-        self.collect_as(background, Approval::Required).await
+    /// The execution (a call with no agent without `--execution`).
+    pub(crate) fn execution(&self) -> CliResult<ToolExecution> {
+        self.execution.load()
     }
+}
 
-    /// [`Call::collect`], an unapproved project manifest skipped as
-    /// `approval` says.
-    pub(crate) async fn collect_as(
-        &self,
-        background: bool,
-        approval: Approval,
-    ) -> CliResult<(ToolExecution, Registered, Collection)> {
-        let (execution, registered) = self.open_as(background, approval).await?;
-        let collection = collect(&registered, &execution).await?;
-        Ok((execution, registered, collection))
-    }
+/// How a command uses its host.
+pub(crate) struct Uses<'a> {
+    /// How a cache miss is compiled (`--optimize` makes it `Optimized`).
+    pub(crate) tiering: Tiering,
+    /// Whether an unapproved project manifest stops the command.
+    pub(crate) approval: Approval,
+    /// The hooks around commands: `--hooks` or the manifest's; none for
+    /// a command that runs none.
+    pub(crate) hooks: Option<&'a HooksArg>,
+    /// Whether the next call's instances are made ahead (`serve`).
+    pub(crate) prepare_ahead: bool,
+}
 
-    /// Loads the execution (as a background call when `background`) and
-    /// opens the registry, collecting nothing yet.
-    pub(crate) async fn open(&self, background: bool) -> CliResult<(ToolExecution, Registered)> {
-        self.open_as(background, Approval::Required).await
-    }
-
-    /// [`Call::open`], an unapproved project manifest skipped as `approval`
-    /// says.
-    async fn open_as(
-        &self,
-        background: bool,
-        approval: Approval,
-    ) -> CliResult<(ToolExecution, Registered)> {
-        let mut execution = self.execution.load()?;
-        if background {
-            execution = execution.with_mode(Mode::Background);
+impl Uses<'_> {
+    /// A command that makes one call with a baseline compile and no hooks,
+    /// under an approved manifest.
+    pub(crate) fn once() -> Self {
+        Uses {
+            tiering: Tiering::Baseline,
+            approval: Approval::Required,
+            hooks: None,
+            prepare_ahead: false,
         }
-        let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
-        Ok((execution, registered))
-    }
-
-    /// Opens the registry (an unapproved project manifest skipped as
-    /// `approval` says) and collects for the execution, keeping what each
-    /// call showed of itself ([`CollectOptions::traced`]).
-    pub(crate) async fn collect_with_traces(
-        &self,
-        approval: Approval,
-    ) -> CliResult<(Registered, Collection)> {
-        let execution = self.execution.load()?;
-        let registered = self.setup.open_as(Tiering::Baseline, approval).await?;
-        let collection = (registered.registry)
-            .collect(&execution, &CollectOptions::new().traced(true))
-            .await
-            .map_err(Failure::runtime)?;
-        Ok((registered, collection))
     }
 }
 
-/// The overlay for `execution`; a contributor's failure is a runtime error.
-pub(crate) async fn collect(
-    registered: &Registered,
-    execution: &ToolExecution,
-) -> CliResult<Collection> {
-    (registered.registry)
-        .collect(execution, &CollectOptions::new())
-        .await
-        .map_err(Failure::runtime)
-}
-
-/// A registry for `home` in a new runtime, keeping compiled components in
-/// `cache`, compiling a cache miss as `tiering` says, and registering only
-/// what `trust` admits. (When the instance pool cannot be reserved, the
-/// runtime logs a warning naming why, which the default log level shows.)
-pub(crate) fn open_registry(
-    home: DshHome,
-    cache: ArtifactCache,
+/// How the CLI builds a registry: the home of `--home` (`home_flag`), the
+/// cache capped as `dsh-env cache` says, itself as its compile helper
+/// (unless $DSH_ENV_COMPILER names another) and compile progress on a
+/// terminal.
+pub(crate) fn registry_config(
+    home_flag: Option<&str>,
     tiering: Tiering,
-    trust: Trust,
-) -> CliResult<Registry> {
-    let mut builder = Registry::builder(home)
-        .cache(cache)
-        .trust(trust)
-        .tiering(tiering);
-    // The CLI is its own compile helper (main dispatches on argv[0]), unless
-    // $DSH_ENV_COMPILER names another. /proc/self/exe, not the path: it is
-    // this very image even after an upgrade replaced the file, so its engine
-    // always matches this process's.
-    if std::env::var_os(compile::HELPER_ENV).is_none_or(|v| v.is_empty()) {
-        builder = builder.compiler(OWN_IMAGE);
-    }
+) -> CliResult<RegistryConfig> {
+    // /proc/self/exe, not the path: it is this very image even after an
+    // upgrade replaced the file, so its engine always matches this process's.
+    let compiler = std::env::var_os(compile::HELPER_ENV)
+        .is_none_or(|v| v.is_empty())
+        .then(|| PathBuf::from(OWN_IMAGE));
     // A cold cache can take seconds per component: say which, on a terminal.
-    if let Some(progress) = progress::TerminalProgress::for_stderr() {
-        builder = builder.compile_progress(progress);
-    }
-    builder.build().map_err(Failure::runtime)
+    let compile_progress = progress::TerminalProgress::for_stderr()
+        .map(|progress| progress as Arc<dyn dsh_env::CompileProgress>);
+    Ok(RegistryConfig {
+        home: home_setting(home_flag),
+        cache_max_bytes: Some(cache_max_bytes()?),
+        compiler,
+        tiering,
+        runtime: None,
+        compile_progress,
+    })
 }
 
-/// A registry for `home`, keeping compiled components in its `cache`
-/// (capped as `dsh-env cache` says, authenticated with the key of the
-/// user's own home, `--home` as `home_flag`), compiling a cache miss as
-/// `tiering` says, under `manifest`'s `[trust]` (none without a manifest).
+/// A registry for `home` (`--home` as `home_flag`), compiling a cache miss
+/// as `tiering` says, under `manifest`'s `[trust]` (none without a manifest).
 pub(crate) fn open_home_registry(
     home: DshHome,
     home_flag: Option<&str>,
     tiering: Tiering,
     manifest: Option<&Manifest>,
 ) -> CliResult<Registry> {
-    let cache = home_cache(home.path(), user_cache_key(home_flag))?;
-    open_registry(home, cache, tiering, manifest_trust(manifest)?)
+    let trust = manifest_trust(manifest)?;
+    Ok(registry_config(home_flag, tiering)?.build(home, trust)?)
 }
 
 /// `manifest`'s `[trust]`, checked; without a manifest, trust in nobody.
@@ -239,49 +168,34 @@ pub(crate) fn manifest_trust(manifest: Option<&Manifest>) -> CliResult<Trust> {
 }
 
 impl Setup {
-    /// Resolves the home, opens a registry, and registers the manifest's
-    /// contributors, compiling each cache miss as `tiering` says. A
-    /// contributor failure while collecting later is a runtime error (exit 1).
-    pub(crate) async fn open(&self, tiering: Tiering) -> CliResult<Registered> {
-        self.open_as(tiering, Approval::Required).await
-    }
-
-    /// [`Setup::open`], an unapproved project manifest skipped as
-    /// `approval` says.
-    pub(crate) async fn open_as(
-        &self,
-        tiering: Tiering,
-        approval: Approval,
-    ) -> CliResult<Registered> {
+    /// Opens the host as `uses` says: the manifest found (an unapproved
+    /// project manifest skipped as its approval says), the home, the
+    /// contributors registered, the hooks read. What fails is a
+    /// configuration error (exit 2), but for a runtime that cannot start.
+    pub(crate) async fn open(&self, uses: Uses<'_>) -> CliResult<Opened> {
         let tiering = if self.optimize {
             Tiering::Optimized
         } else {
-            tiering
+            uses.tiering
         };
         let Found {
             manifest,
             considered,
             hooks,
-        } = manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)?;
-        let (home, home_origin) = resolve_home_explained(self.home.as_deref(), manifest.as_ref())?;
-        let registry = open_home_registry(home, self.home.as_deref(), tiering, manifest.as_ref())?;
-        let (registrations, environment) = match &manifest {
-            Some(manifest) => (
-                (registry
-                    .register_manifest(manifest, &HostEnv::from_process())
-                    .await)
-                    .map_err(Failure::config)?,
-                manifest.environment().map_err(Failure::config)?,
-            ),
-            None => (Vec::new(), EnvironmentPolicy::default()),
-        };
-        Ok(Registered {
-            registry,
-            registrations,
-            environment,
-            home_origin,
+        } = manifests::find(
+            self.manifest.as_deref(),
+            self.home.as_deref(),
+            uses.approval,
+        )?;
+        let mut config = HostConfig::new(manifest, tiering);
+        config.registry = registry_config(self.home.as_deref(), tiering)?;
+        config.hooks = uses
+            .hooks
+            .map_or(HooksSource::None, |arg| arg.source(hooks));
+        config.prepare_ahead = uses.prepare_ahead;
+        Ok(Opened {
+            host: Host::open(config).await?,
             manifests: considered,
-            hooks,
         })
     }
 }

@@ -8,7 +8,7 @@ use dsh_env::__internal::escape_controls;
 use dsh_env::{Keep, Sweep};
 use dsh_env::{Manifest, OciReference, Store};
 
-use crate::failure::{CliResult, Failure};
+use crate::failure::{CliResult, Failure, with_remedy};
 use crate::home::resolve_home;
 use crate::output::size;
 
@@ -39,7 +39,7 @@ enum Action {
 pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
     let Action::Gc { manifest: paths } = action;
     let manifests = (paths.iter())
-        .map(|path| Manifest::from_file(path).map_err(Failure::config))
+        .map(|path| Manifest::from_file(path).map_err(|e| Failure::config_error(&e)))
         .collect::<CliResult<Vec<_>>>()?;
     let home = resolve_home(home.as_deref(), manifests.first())?;
     let store = Store::in_home(&home);
@@ -53,7 +53,7 @@ pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
     } else {
         Keep::Pinned(&pinned)
     };
-    let sweep = store.sweep(keep).map_err(Failure::runtime)?;
+    let sweep = (store.sweep(keep)).map_err(|e| Failure::runtime(with_remedy(&e)))?;
     print_sweep(&store, &sweep);
     Ok(ExitCode::SUCCESS)
 }

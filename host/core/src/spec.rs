@@ -171,8 +171,7 @@ pub enum SpecError {
     },
     /// The grants or config differ from the ones reviewed by `dsh-env add`.
     #[error(
-        "its grants or config changed since it was added (reviewed grants_sha256 {reviewed}, now {actual}); \
-         run `dsh-env add` again to review it"
+        "its grants or config changed since it was added (reviewed grants_sha256 {reviewed}, now {actual})"
     )]
     GrantsChanged {
         /// The digest of the grants reviewed.
@@ -187,9 +186,7 @@ pub enum SpecError {
     #[error("source {0}")]
     Source(ReferenceError),
     /// `source` names a tag, which can move: an entry pins a digest.
-    #[error(
-        "source {0} is not pinned by digest; run `dsh-env add {0}` to pull it and pin its digest"
-    )]
+    #[error("source {0} is not pinned by digest")]
     SourceNotPinned(String),
     /// `signature` names a file, but an OCI source carries its signature
     /// in its image manifest.
@@ -643,8 +640,7 @@ mod tests {
         );
         assert_eq!(
             bad(serde_json::json!({"source": "oci://localhost:5000/dsh/lineage:v1"})),
-            "source oci://localhost:5000/dsh/lineage:v1 is not pinned by digest; \
-             run `dsh-env add oci://localhost:5000/dsh/lineage:v1` to pull it and pin its digest"
+            "source oci://localhost:5000/dsh/lineage:v1 is not pinned by digest"
         );
         assert_eq!(
             bad(serde_json::json!({"source": "https://example.test/c.wasm"})),

@@ -453,19 +453,16 @@ pub struct StoreError {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreProblem {
     /// The reference names a tag: only a digest names the same bytes forever.
-    #[error("not pinned by digest; run `dsh-env add` to pull it and pin its digest")]
+    #[error("not pinned by digest")]
     NotPinned,
     /// A blob it needs is not in the store.
-    #[error(
-        "not in the store ({what} {path} is missing); run `dsh-env pull --manifest <this manifest>` \
-         to fetch what it pins, or `dsh-env add {reference}` to review it anew"
-    )]
+    #[error("not in the store ({what} {path} is missing)")]
     Missing {
         /// `manifest` or `layer`.
         what: &'static str,
         /// The blob's file.
         path: String,
-        /// The reference, for the command to run.
+        /// The reference, for a front end's remedy (the CLI's `dsh-env add`).
         reference: String,
     },
     /// A blob could not be read.
@@ -506,9 +503,7 @@ pub enum StoreProblem {
         source: std::io::Error,
     },
     /// The layout's `index.json` is not an OCI image index.
-    #[error(
-        "{path} is not an OCI image index ({problem}); move it aside and run `dsh-env add` or `pull` again"
-    )]
+    #[error("{path} is not an OCI image index ({problem})")]
     Index {
         /// The file.
         path: String,

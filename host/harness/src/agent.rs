@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecutor};
 use crate::hooks::{HookContext, HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
 use crate::session::{Event, Session, SessionError, SessionStore};
-use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool};
-use dsh_env::{Mode, ToolExecution};
+use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool, BashToolError, call_mode};
+use dsh_env::CollectOptions;
+use dsh_env::ToolExecution;
 
 pub use crate::hooks::HOOK_TOOL_NAME;
 
@@ -151,14 +152,15 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
         &self.session
     }
 
-    /// Runs the SessionStart hooks (`startup` or `resume`).
+    /// Runs the SessionStart hooks (`startup` or `resume`), all with one
+    /// overlay collected for the event.
     pub async fn start(&mut self, source: &str) {
         let event = HookEvent::SessionStart {
             source: source.into(),
         };
-        let runs = (self.hooks)
-            .run(&event, &HookContext::of_session(&self.session))
-            .await;
+        let execution = ToolExecution::new(format!("hook-{}", event.name()), "hook")
+            .with_agent(self.session.agent());
+        let runs = self.run_hooks(&event, &execution).await;
         // What the hooks want the model to know: the session's first message.
         for text in HookVerdict::of(&runs).additional_context {
             self.session.events.push(Event::Message {
@@ -225,19 +227,41 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             .unwrap_or_default()
             .to_string();
         let context = HookContext::of_session(&self.session);
+        // One collect for the call: its hooks and its command see the same
+        // overlay, and each contributor runs once.
+        let execution = ToolExecution::new(&call_id, &call.name)
+            .with_agent(self.session.agent())
+            .with_mode(call_mode(&call.arguments));
+        let collected = self
+            .tool
+            .registry()
+            .collect(&execution, &CollectOptions::new())
+            .await
+            .map(|c| c.overlay);
         let pre = HookEvent::PreToolUse {
             tool_name: HOOK_TOOL_NAME.into(),
             tool_input: call.arguments.clone(),
             tool_use_id: call_id.clone(),
         };
-        let mut hooks = self.hooks.run(&pre, &context).await;
+        let mut hooks = match &collected {
+            Ok(overlay) => self.hooks.run(&pre, &context, overlay).await,
+            Err(err) => self.hooks.not_run(&pre, &err.to_string()),
+        };
         let verdict = HookVerdict::of(&hooks);
         let (mut output, is_error) = if verdict.blocks() {
             (verdict.blocked_text(), true)
         } else if call.name != BASH_TOOL_NAME {
             (format!("unknown tool `{}`", call.name), true)
         } else {
-            self.run_bash(&call_id, &call.arguments).await
+            match &collected {
+                Ok(overlay) => {
+                    let called = (self.tool)
+                        .call_with(&execution, &call.arguments, overlay.clone())
+                        .await;
+                    self.bash_result(&call_id, called)
+                }
+                Err(err) => (BashToolError::from(err.clone()).to_string(), true),
+            }
         };
         if !verdict.blocks() {
             let post = HookEvent::PostToolUse {
@@ -246,7 +270,10 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
                 tool_use_id: call_id.clone(),
                 tool_response: json!({"output": output, "is_error": is_error}),
             };
-            let post_runs = self.hooks.run(&post, &context).await;
+            let post_runs = match &collected {
+                Ok(overlay) => self.hooks.run(&post, &context, overlay).await,
+                Err(err) => self.hooks.not_run(&post, &err.to_string()),
+            };
             // The tool has run: a PostToolUse block is feedback for the model.
             let post_verdict = HookVerdict::of(&post_runs);
             add_context(&mut output, &verdict.additional_context);
@@ -271,11 +298,27 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
         }
     }
 
-    async fn run_bash(&mut self, call_id: &str, arguments: &Value) -> (String, bool) {
-        let execution = ToolExecution::new(call_id, "bash")
-            .with_agent(self.session.agent())
-            .with_mode(Mode::Foreground);
-        match self.tool.call(&execution, arguments).await {
+    /// The hooks of `event` (not a tool call's), with one overlay collected
+    /// for `execution`.
+    async fn run_hooks(&self, event: &HookEvent, execution: &ToolExecution) -> Vec<HookRun> {
+        let context = HookContext::of_session(&self.session);
+        let collected = (self.tool.registry())
+            .collect(execution, &CollectOptions::new())
+            .await
+            .map(|c| c.overlay);
+        match collected {
+            Ok(overlay) => self.hooks.run(event, &context, &overlay).await,
+            Err(err) => self.hooks.not_run(event, &err.to_string()),
+        }
+    }
+
+    /// What a bash call gives the model, and whether it failed.
+    fn bash_result(
+        &mut self,
+        call_id: &str,
+        called: Result<BashOutcome, BashToolError>,
+    ) -> (String, bool) {
+        match called {
             Ok(BashOutcome::Finished(output)) => {
                 let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
                 text.push_str(&String::from_utf8_lossy(&output.stderr));

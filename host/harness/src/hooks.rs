@@ -1,8 +1,9 @@
 //! Hook bridges: hook commands configured in the Claude Code or Codex
 //! `hooks.json` format, run through an executor (the local one unless
-//! [`Hooks::with_executor`] says otherwise) with the managed overlay,
-//! `CLAUDE_PROJECT_DIR` set to the agent's cwd, and the event's JSON payload
-//! on stdin.
+//! [`Hooks::with_executor`] says otherwise) with the managed overlay of the
+//! call they are about (the caller collects it once, for the call and all
+//! its hooks), `CLAUDE_PROJECT_DIR` set to the agent's cwd, and the event's
+//! JSON payload on stdin. Reading and checking a file needs no registry.
 //!
 //! ```json
 //! {"hooks": {"PreToolUse": [{"matcher": "Bash",
@@ -51,7 +52,7 @@ use crate::executor::{
 };
 use crate::session::Session;
 use dsh_env::__internal::{escape_controls, unknown_key};
-use dsh_env::{Agent, CollectOptions, Mode, Registry, ToolExecution};
+use dsh_env::{Agent, Mode, Overlay, ToolExecution};
 
 /// Whose payload shape to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,9 +186,8 @@ impl std::str::FromStr for PermissionMode {
 /// event, and what a hook runs with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookContext {
-    /// The calling agent: its session id is `session_id`, and each hook's
-    /// own overlay is collected for it. Without one, `session_id` is left
-    /// out and the hooks' overlays have no agent.
+    /// The calling agent: its session id is `session_id`. Without one,
+    /// `session_id` is left out.
     pub agent: Option<Agent>,
     /// The payload's `cwd`, `CLAUDE_PROJECT_DIR`, and where hooks run.
     pub cwd: String,
@@ -429,6 +429,23 @@ pub struct HookRun {
     pub additional_context: Option<String>,
 }
 
+impl HookRun {
+    /// `hook`'s run for `event`, before it ran.
+    fn of(event: &HookEvent, hook: &HookCommand) -> Self {
+        HookRun {
+            event: event.name(),
+            command: hook.command.clone(),
+            exit_code: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            timed_out: false,
+            decision: None,
+            reason: None,
+            additional_context: None,
+        }
+    }
+}
+
 /// What the hooks of one event decided together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HookVerdict {
@@ -506,7 +523,6 @@ pub struct Hooks<E = LocalExecutor> {
     dialect: HookDialect,
     /// Per event: each matcher group's matcher and commands, in file order.
     groups: BTreeMap<String, Vec<(Matcher, Vec<HookCommand>)>>,
-    registry: Registry,
     executor: E,
 }
 
@@ -545,12 +561,7 @@ impl HookCommand {
 impl Hooks {
     /// Parses a hooks.json document (at most the file's cap, 1 MiB); its
     /// hooks run on this machine.
-    pub fn parse(
-        text: &str,
-        origin: &str,
-        dialect: HookDialect,
-        registry: Registry,
-    ) -> Result<Self, HooksError> {
+    pub fn parse(text: &str, origin: &str, dialect: HookDialect) -> Result<Self, HooksError> {
         let error = |message: String| HooksError {
             path: origin.to_string(),
             message,
@@ -626,17 +637,12 @@ impl Hooks {
         Ok(Hooks {
             dialect,
             groups,
-            registry,
             executor: LocalExecutor,
         })
     }
 
     /// Reads and parses a hooks.json file.
-    pub fn from_file(
-        path: &Path,
-        dialect: HookDialect,
-        registry: Registry,
-    ) -> Result<Self, HooksError> {
+    pub fn from_file(path: &Path, dialect: HookDialect) -> Result<Self, HooksError> {
         // The model can run commands: the file may have become a FIFO.
         let text =
             dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_HOOKS_BYTES)
@@ -644,15 +650,14 @@ impl Hooks {
                     path: path.display().to_string(),
                     message: e.problem.to_string(),
                 })?;
-        Self::parse(&text, &path.display().to_string(), dialect, registry)
+        Self::parse(&text, &path.display().to_string(), dialect)
     }
 
     /// No hooks at all.
-    pub fn none(registry: Registry) -> Self {
+    pub fn none() -> Self {
         Hooks {
             dialect: HookDialect::ClaudeCode,
             groups: BTreeMap::new(),
-            registry,
             executor: LocalExecutor,
         }
     }
@@ -664,7 +669,6 @@ impl<E: ShellExecutor> Hooks<E> {
         Hooks {
             dialect: self.dialect,
             groups: self.groups,
-            registry: self.registry,
             executor,
         }
     }
@@ -717,15 +721,20 @@ impl<E: ShellExecutor> Hooks<E> {
         Value::Object(payload)
     }
 
-    /// Runs the `PreToolUse` hooks of `call`: the notes for its result, or
-    /// the verdict that keeps it from running.
-    pub async fn before_bash(&self, call: &BashCall) -> Result<HookNotes, HookBlocked> {
+    /// Runs the `PreToolUse` hooks of `call`, each with `overlay` (the
+    /// call's own): the notes for its result, or the verdict that keeps it
+    /// from running.
+    pub async fn before_bash(
+        &self,
+        call: &BashCall,
+        overlay: &Overlay,
+    ) -> Result<HookNotes, HookBlocked> {
         let event = HookEvent::PreToolUse {
             tool_name: HOOK_TOOL_NAME.into(),
             tool_input: call.tool_input.clone(),
             tool_use_id: call.tool_use_id.clone(),
         };
-        let verdict = HookVerdict::of(&self.run(&event, &call.context).await);
+        let verdict = HookVerdict::of(&self.run(&event, &call.context, overlay).await);
         if verdict.blocks() {
             return Err(HookBlocked(verdict));
         }
@@ -735,16 +744,23 @@ impl<E: ShellExecutor> Hooks<E> {
         })
     }
 
-    /// Runs the `PostToolUse` hooks of `call`, which ran and gave
-    /// `tool_response`, adding what they say to `notes`.
-    pub async fn after_bash(&self, call: &BashCall, tool_response: Value, notes: &mut HookNotes) {
+    /// Runs the `PostToolUse` hooks of `call`, which ran with `overlay` and
+    /// gave `tool_response`, each with that overlay, adding what they say to
+    /// `notes`.
+    pub async fn after_bash(
+        &self,
+        call: &BashCall,
+        overlay: &Overlay,
+        tool_response: Value,
+        notes: &mut HookNotes,
+    ) {
         let event = HookEvent::PostToolUse {
             tool_name: HOOK_TOOL_NAME.into(),
             tool_input: call.tool_input.clone(),
             tool_use_id: call.tool_use_id.clone(),
             tool_response,
         };
-        let verdict = HookVerdict::of(&self.run(&event, &call.context).await);
+        let verdict = HookVerdict::of(&self.run(&event, &call.context, overlay).await);
         if verdict.decision == Some(HookDecision::Deny) {
             notes.feedback.extend(verdict.reasons);
         }
@@ -752,10 +768,44 @@ impl<E: ShellExecutor> Hooks<E> {
     }
 
     /// Runs every hook matching `event`, concurrently (an identical command
-    /// once), each with the overlay of a `hook` execution made by the
-    /// context's agent; their runs in hooks.json order. Combine them with
-    /// [`HookVerdict::of`].
-    pub async fn run(&self, event: &HookEvent, context: &HookContext) -> Vec<HookRun> {
+    /// once), each with `overlay`: the one collected for the call the event
+    /// is about (or, for `SessionStart`, once for the event), so that no
+    /// hook runs the contributors again. Their runs in hooks.json order;
+    /// combine them with [`HookVerdict::of`].
+    pub async fn run(
+        &self,
+        event: &HookEvent,
+        context: &HookContext,
+        overlay: &Overlay,
+    ) -> Vec<HookRun> {
+        let commands = self.matching(event);
+        // Collected first: a stream over a borrowing closure would not be
+        // `Send` for callers that spawn this (a higher-ranked lifetime limit).
+        let runs: Vec<_> = commands
+            .into_iter()
+            .map(|hook| self.run_one(event, context, hook, overlay))
+            .collect();
+        futures::stream::iter(runs)
+            .buffered(MAX_CONCURRENT_HOOKS)
+            .collect()
+            .await
+    }
+
+    /// What [`Hooks::run`] gives when the overlay for the event's call
+    /// could not be collected: every matching hook, not run, `why` as its
+    /// stderr.
+    pub fn not_run(&self, event: &HookEvent, why: &str) -> Vec<HookRun> {
+        (self.matching(event).into_iter())
+            .map(|hook| HookRun {
+                stderr: format!("hook not run: {why}"),
+                ..HookRun::of(event, hook)
+            })
+            .collect()
+    }
+
+    /// The hooks matching `event`, in hooks.json order, an identical
+    /// command once.
+    fn matching(&self, event: &HookEvent) -> Vec<&HookCommand> {
         let mut commands: Vec<&HookCommand> = Vec::new();
         let groups = self.groups.get(event.name()).into_iter().flatten();
         for (_, hooks) in groups.filter(|(matcher, _)| matcher.matches(event.subject())) {
@@ -765,17 +815,7 @@ impl<E: ShellExecutor> Hooks<E> {
                 }
             }
         }
-        // Collected first: a stream over a borrowing closure would not be
-        // `Send` for callers that spawn this (a higher-ranked lifetime limit).
-        let runs: Vec<_> = commands
-            .into_iter()
-            .enumerate()
-            .map(|(index, hook)| self.run_one(event, context, hook, index))
-            .collect();
-        futures::stream::iter(runs)
-            .buffered(MAX_CONCURRENT_HOOKS)
-            .collect()
-            .await
+        commands
     }
 
     async fn run_one(
@@ -783,33 +823,11 @@ impl<E: ShellExecutor> Hooks<E> {
         event: &HookEvent,
         context: &HookContext,
         hook: &HookCommand,
-        index: usize,
+        overlay: &Overlay,
     ) -> HookRun {
-        let mut run = HookRun {
-            event: event.name(),
-            command: hook.command.clone(),
-            exit_code: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            timed_out: false,
-            decision: None,
-            reason: None,
-            additional_context: None,
-        };
-        let mut execution = ToolExecution::new(format!("hook-{}-{index}", event.name()), "hook");
-        execution.agent = context.agent.clone();
-        let overlay = match self
-            .registry
-            .collect(&execution, &CollectOptions::new())
-            .await
-        {
-            Ok(collection) => collection.overlay,
-            Err(err) => {
-                run.stderr = format!("hook not run: {err}");
-                return run;
-            }
-        };
-        let mut request = ShellExecRequest::new(hook.command.clone(), &context.cwd, overlay);
+        let mut run = HookRun::of(event, hook);
+        let mut request =
+            ShellExecRequest::new(hook.command.clone(), &context.cwd, overlay.clone());
         request.stdin = Some(self.payload(event, context).to_string().into_bytes());
         request
             .env

@@ -6,6 +6,8 @@
 //!   the `DSH_*` namespace.
 //! - [`session`]: sessions and their JSONL files (resume, fork, spawn).
 //! - [`hooks`]: Claude Code and Codex style hook commands.
+//! - [`host`]: what every front end does with a registry, once: open it from
+//!   one configuration, collect, explain, and run a bash call whole.
 //! - [`agent`]: the loop that ties a model, the tool, hooks and a session.
 
 #![deny(missing_docs)]
@@ -13,6 +15,7 @@
 pub mod agent;
 pub mod executor;
 pub mod hooks;
+pub mod host;
 pub mod session;
 pub mod tool;
 

@@ -12,8 +12,9 @@ use serde::Deserialize;
 pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
 use dsh_env::__internal::escape_controls;
-use dsh_env::{CollectOptions, ContributorError, Registry};
-use dsh_env::{Mode, ToolExecution};
+use dsh_env::CollectOptions;
+use dsh_env::{ContributorError, Registry};
+use dsh_env::{Mode, Overlay, ToolExecution};
 
 /// The tool's name.
 pub const BASH_TOOL_NAME: &str = "bash";
@@ -73,6 +74,16 @@ pub enum BashToolError {
     },
 }
 
+/// The mode of a call with the model's `arguments`: background when
+/// `run_in_background` is `true`.
+pub fn call_mode(arguments: &serde_json::Value) -> Mode {
+    if arguments.get("run_in_background") == Some(&serde_json::Value::Bool(true)) {
+        Mode::Background
+    } else {
+        Mode::Foreground
+    }
+}
+
 /// The bash tool: collects a fresh overlay for every call, then executes.
 #[derive(Clone)]
 pub struct BashTool<E> {
@@ -107,15 +118,30 @@ impl<E: ShellExecutor> BashTool<E> {
         execution: &ToolExecution,
         arguments: &serde_json::Value,
     ) -> Result<BashOutcome, BashToolError> {
+        let execution = execution.clone().with_mode(call_mode(arguments));
+        let overlay = self
+            .registry
+            .collect(&execution, &CollectOptions::new())
+            .await?
+            .overlay;
+        self.call_with(&execution, arguments, overlay).await
+    }
+
+    /// [`BashTool::call`] with `overlay`, collected for `execution` (in the
+    /// mode [`call_mode`] gives it) by the caller: the agent loop collects
+    /// once for the call and its hooks.
+    pub async fn call_with(
+        &self,
+        execution: &ToolExecution,
+        arguments: &serde_json::Value,
+        overlay: Overlay,
+    ) -> Result<BashOutcome, BashToolError> {
         let arguments = BashArguments::deserialize(arguments)?;
         let mode = if arguments.run_in_background {
             Mode::Background
         } else {
             Mode::Foreground
         };
-        let execution = execution.clone().with_mode(mode);
-        let options = CollectOptions::new();
-        let overlay = self.registry.collect(&execution, &options).await?.overlay;
         let workdir = (execution.agent.as_ref().and_then(|a| a.cwd.as_ref()))
             .map_or_else(|| self.default_workdir.clone(), PathBuf::from);
         let timeout = arguments
@@ -139,6 +165,11 @@ impl<E: ShellExecutor> BashTool<E> {
                 BashOutcome::Started(handle)
             }
         })
+    }
+
+    /// The registry the tool collects from.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// An executor failure; when the spawn ran out of descriptors, it

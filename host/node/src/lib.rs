@@ -247,7 +247,7 @@ impl Registry {
             builder = builder.compiler(path);
         }
         let inner = (builder.build()).map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))?;
-        let hooks = read_hooks(hooks, manifest.as_ref(), &inner)?;
+        let hooks = read_hooks(hooks, manifest.as_ref())?;
         Ok(Registry {
             inner,
             held: Held::default(),
@@ -427,9 +427,11 @@ impl Registry {
     #[napi(ts_return_type = "Promise<string>")]
     pub async fn explain(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
-        let options = CollectOptions::new().traced(true);
-        let collection =
-            (self.inner.collect(&execution, &options).await).map_err(|e| failed(&e))?;
+        let collection = (self
+            .inner
+            .collect(&execution, &CollectOptions::new().traced(true))
+            .await)
+            .map_err(|e| failed(&e))?;
         let why_absent = serde_json::to_value(self.inner.absences(&collection)).map_err(invalid)?;
         let mut answer = collection_value(collection);
         answer["why_absent"] = why_absent;
@@ -502,22 +504,21 @@ impl Registry {
             .transpose()
             .map_err(|e| invalid(format!("permissionMode: {e}")))?;
         let execution = self::execution(&execution)?;
+        let overlay = (self.inner.collect(&execution, &CollectOptions::new()).await)
+            .map_err(|e| failed(&e))?
+            .overlay;
+        self.prepare_in_background();
         let around = match &self.hooks {
             Some(hooks) => {
                 let call = BashCall::new(&execution, &command, timeout, permission_mode)
                     .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
-                let notes = (hooks.before_bash(&call).await)
+                let notes = (hooks.before_bash(&call, &overlay).await)
                     .map_err(|blocked| failure(blocked, "DSH_HOOK_BLOCKED", Culprit::default()))?;
                 Some((hooks, call, notes))
             }
             None => None,
         };
-        let options = CollectOptions::new();
-        let overlay = (self.inner.collect(&execution, &options).await)
-            .map_err(|e| failed(&e))?
-            .overlay;
-        self.prepare_in_background();
-        let mut request = ShellExecRequest::for_execution(command, &execution, overlay)
+        let mut request = ShellExecRequest::for_execution(command, &execution, overlay.clone())
             .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
         request.env = env.unwrap_or_default().into_iter().collect();
         request.environment = self.environment.clone();
@@ -528,7 +529,7 @@ impl Registry {
         let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
         let mut report = serde_json::to_value(ExecReport::from(output)).map_err(invalid)?;
         if let Some((hooks, call, mut notes)) = around {
-            hooks.after_bash(&call, report.clone(), &mut notes).await;
+            (hooks.after_bash(&call, &overlay, report.clone(), &mut notes)).await;
             report["hooks"] = json!(notes);
         }
         Ok(report)
@@ -608,26 +609,21 @@ impl Registration {
 }
 
 /// The hooks of the `hooks` option (a file's path or a hooks.json
-/// document), else of the manifest's `hooks`, read and checked; their own
-/// overlays come from `registry`.
-fn read_hooks(
-    option: Option<Value>,
-    manifest: Option<&Manifest>,
-    registry: &dsh_env::Registry,
-) -> Result<Option<Hooks>> {
-    let (registry, dialect) = (registry.clone(), HookDialect::ClaudeCode);
+/// document), else of the manifest's `hooks`, read and checked.
+fn read_hooks(option: Option<Value>, manifest: Option<&Manifest>) -> Result<Option<Hooks>> {
+    let dialect = HookDialect::ClaudeCode;
     let read = match (option, manifest.and_then(Manifest::hooks_setting)) {
         (Some(Value::String(path)), _) => {
-            Hooks::from_file(path.as_ref(), dialect, registry).map_err(|e| e.to_string())
+            Hooks::from_file(path.as_ref(), dialect).map_err(|e| e.to_string())
         }
         // The document is the option: no file to name.
         (Some(document @ Value::Object(_)), _) => {
-            Hooks::parse(&document.to_string(), "hooks", dialect, registry).map_err(|e| e.message)
+            Hooks::parse(&document.to_string(), "hooks", dialect).map_err(|e| e.message)
         }
         (Some(_), _) => {
             Err("expected a hooks.json file's path or its document (an object)".to_string())
         }
-        (None, Some(setting)) => Hooks::from_file(&setting.path, dialect, registry)
+        (None, Some(setting)) => Hooks::from_file(&setting.path, dialect)
             .map_err(|e| format!("hooks file {} ({}): {}", e.path, setting.origin, e.message)),
         (None, None) => return Ok(None),
     };

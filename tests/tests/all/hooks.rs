@@ -56,13 +56,7 @@ fn read_json(path: &Path) -> Value {
 async fn run_dialect(dialect: HookDialect) -> (tempfile::TempDir, Session) {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry();
-    let hooks = Hooks::parse(
-        &recording_hooks(dir.path(), "true"),
-        "hooks.json",
-        dialect,
-        registry.clone(),
-    )
-    .unwrap();
+    let hooks = Hooks::parse(&recording_hooks(dir.path(), "true"), "hooks.json", dialect).unwrap();
     let session = Session::new(dir.path().display().to_string());
     let mut agent = agent(&registry, hooks, session.clone(), "echo ran", dir.path());
     agent.start("startup").await;
@@ -148,7 +142,6 @@ async fn a_pre_tool_use_hook_exiting_2_blocks_the_call() {
         &recording_hooks(dir.path(), blocker),
         "hooks.json",
         HookDialect::ClaudeCode,
-        registry.clone(),
     )
     .unwrap();
     let marker = dir.path().join("ran");
@@ -189,7 +182,6 @@ async fn a_hook_that_hangs_or_crashes_is_reported_and_the_loop_goes_on() {
             &recording_hooks(dir.path(), hook),
             "hooks.json",
             HookDialect::ClaudeCode,
-            registry.clone(),
         )
         .unwrap();
         let session = Session::new(dir.path().display().to_string());
@@ -227,7 +219,6 @@ async fn a_recording_executor_receives_the_hooks_and_the_loops_requests() {
         &hooks_json.to_string(),
         "hooks.json",
         HookDialect::ClaudeCode,
-        registry.clone(),
     )
     .unwrap()
     .with_executor(recorder.clone());
@@ -283,13 +274,12 @@ async fn a_recording_executor_receives_the_hooks_and_the_loops_requests() {
 
 #[test]
 fn malformed_hooks_files_are_refused_with_their_name() {
-    let registry = || dsh_env_tests::registry_at("/tmp/x");
-    let err = Hooks::parse("{\"hooks\": 3}", "bad.json", HookDialect::Codex, registry())
+    let err = Hooks::parse("{\"hooks\": 3}", "bad.json", HookDialect::Codex)
         .err()
         .unwrap();
     assert!(err.to_string().starts_with("hooks file bad.json:"), "{err}");
     let http = r#"{"hooks": {"PreToolUse": [{"hooks": [{"type": "http", "command": "x"}]}]}}"#;
-    let err = Hooks::parse(http, "http.json", HookDialect::ClaudeCode, registry())
+    let err = Hooks::parse(http, "http.json", HookDialect::ClaudeCode)
         .err()
         .unwrap();
     assert!(
@@ -299,7 +289,7 @@ fn malformed_hooks_files_are_refused_with_their_name() {
     );
     // Events without `hooks` around them would be no hooks at all.
     let bare = r#"{"PreToolUse": [{"hooks": [{"type": "command", "command": "exit 2"}]}]}"#;
-    let err = Hooks::parse(bare, "bare.json", HookDialect::ClaudeCode, registry())
+    let err = Hooks::parse(bare, "bare.json", HookDialect::ClaudeCode)
         .err()
         .unwrap();
     assert!(
@@ -309,7 +299,7 @@ fn malformed_hooks_files_are_refused_with_their_name() {
     );
     // A document handed over directly has the file's cap.
     let big = format!("{{\"hooks\": {{}}, \"pad\": \"{}\"}}", "x".repeat(1 << 20));
-    let err = Hooks::parse(&big, "big", HookDialect::ClaudeCode, registry())
+    let err = Hooks::parse(&big, "big", HookDialect::ClaudeCode)
         .err()
         .unwrap();
     assert!(
@@ -329,7 +319,7 @@ async fn a_hooks_file_that_became_a_fifo_is_refused_at_once() {
         .status()
         .unwrap();
     assert!(made.success());
-    let err = Hooks::from_file(&path, HookDialect::ClaudeCode, registry())
+    let err = Hooks::from_file(&path, HookDialect::ClaudeCode)
         .err()
         .expect("a FIFO is not a hooks file")
         .to_string();
@@ -356,13 +346,7 @@ async fn turn(
     command: &str,
 ) -> (dsh_env_harness::agent::CallRecord, Session) {
     let registry = registry();
-    let hooks = Hooks::parse(
-        &hooks_json.to_string(),
-        "hooks.json",
-        dialect,
-        registry.clone(),
-    )
-    .unwrap();
+    let hooks = Hooks::parse(&hooks_json.to_string(), "hooks.json", dialect).unwrap();
     let session = Session::new(dir.display().to_string());
     let mut agent = agent(&registry, hooks, session, command, dir);
     agent.start("startup").await;
@@ -524,17 +508,11 @@ async fn deny_wins_over_ask_and_ask_over_allow() {
 
 #[test]
 fn unsupported_hooks_and_bad_matchers_are_refused_naming_them() {
-    let registry = || dsh_env_tests::registry_at("/tmp/x");
     let refused = |hooks: Value| {
-        Hooks::parse(
-            &hooks.to_string(),
-            "h.json",
-            HookDialect::ClaudeCode,
-            registry(),
-        )
-        .err()
-        .expect("refused")
-        .to_string()
+        Hooks::parse(&hooks.to_string(), "h.json", HookDialect::ClaudeCode)
+            .err()
+            .expect("refused")
+            .to_string()
     };
     let prompt = refused(
         json!({"hooks": {"PostToolUse": [{"hooks": [{"type": "prompt", "prompt": "ok?"}]}]}}),
@@ -568,7 +546,7 @@ fn unknown_keys_in_a_hooks_file_are_refused_naming_them_and_the_known_ones() {
     let parse = |hooks: Value| {
         let file = dir.path().join("hooks.json");
         std::fs::write(&file, hooks.to_string()).unwrap();
-        Hooks::from_file(&file, HookDialect::ClaudeCode, registry())
+        Hooks::from_file(&file, HookDialect::ClaudeCode)
             .err()
             .map(|err| err.message)
     };
@@ -624,15 +602,10 @@ fn unknown_events_are_refused_naming_the_supported_ones() {
     for event in ["PreTooluse", "Stop", "UserPromptSubmit", "pretooluse"] {
         let hooks = json!({"hooks": {event: [{"matcher": "Bash",
             "hooks": [{"type": "command", "command": "exit 2"}]}]}});
-        let err = Hooks::parse(
-            &hooks.to_string(),
-            "h.json",
-            HookDialect::ClaudeCode,
-            dsh_env_tests::registry_at("/tmp/x"),
-        )
-        .err()
-        .expect("refused")
-        .to_string();
+        let err = Hooks::parse(&hooks.to_string(), "h.json", HookDialect::ClaudeCode)
+            .err()
+            .expect("refused")
+            .to_string();
         assert_eq!(
             err,
             format!(
@@ -649,14 +622,9 @@ fn unknown_events_are_refused_naming_the_supported_ones() {
 #[test]
 fn pathological_matchers_and_timeouts_are_refused() {
     let parse = |hooks: Value| {
-        Hooks::parse(
-            &hooks.to_string(),
-            "h.json",
-            HookDialect::ClaudeCode,
-            dsh_env_tests::registry_at("/tmp/x"),
-        )
-        .err()
-        .map(|err| err.to_string())
+        Hooks::parse(&hooks.to_string(), "h.json", HookDialect::ClaudeCode)
+            .err()
+            .map(|err| err.to_string())
     };
     let group = |matcher: &str| json!({"matcher": matcher, "hooks": [{"type": "command", "command": "true"}]});
     let huge = parse(json!({"hooks": {"PreToolUse": [group(r"(\w{100}){100}")]}})).unwrap();
@@ -731,4 +699,41 @@ async fn a_flooding_hook_is_cut_and_at_most_16_hooks_run_at_once() {
         "one of the first 16 waits out its timeout, the 17th sees all 17: {:#?}",
         record.hooks
     );
+}
+
+/// Each event's hooks share one collect, and a bash call's hooks share its
+/// command's: with several hooks on every event, each contributor resolves
+/// once for the session start and once for the call.
+#[tokio::test(flavor = "current_thread")]
+async fn the_agent_loop_runs_each_contributor_once_per_event_whatever_its_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry();
+    let counted = dsh_env_tests::echo(&registry, "counted", "DSH_COUNTED");
+    let _counted = registry.register(counted).await.unwrap();
+    let seen = dir.path().join("seen");
+    let save = format!("printf '%s\\n' \"$DSH_COUNTED\" >> {}", seen.display());
+    // Distinct commands: identical ones run once per event.
+    let hook = |n: u8| json!({"type": "command", "command": format!("{save} # {n}")});
+    let three = json!([{"hooks": [hook(1), hook(2), hook(3)]}]);
+    let hooks =
+        json!({"hooks": {"SessionStart": three, "PreToolUse": three, "PostToolUse": three}});
+    let hooks = Hooks::parse(&hooks.to_string(), "hooks.json", HookDialect::ClaudeCode).unwrap();
+    let session = Session::new(dir.path().display().to_string());
+    let mut agent = agent(&registry, hooks, session, "true", dir.path());
+
+    let (spans, guard) = crate::traces::Recorder::on_this_thread();
+    agent.start("startup").await;
+    let records = agent.run_turn("go").await.unwrap();
+    drop(guard);
+
+    assert_eq!(records.len(), 1);
+    let resolves = spans.named("contributor");
+    let calls: Vec<_> = (resolves.iter())
+        .filter(|span| span.field("phase") == Some("resolve"))
+        .filter_map(|span| span.field("call_id"))
+        .collect();
+    assert_eq!(calls.len(), 2, "one resolve per event: {calls:?}");
+    assert_ne!(calls[0], calls[1], "{calls:?}");
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(seen.lines().count(), 9, "every hook ran: {seen}");
 }

@@ -17,21 +17,22 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// A span as it closed: its name, its fields as text, its parent's name.
 #[derive(Debug, Clone)]
-struct Closed {
+pub(crate) struct Closed {
     name: &'static str,
     fields: BTreeMap<&'static str, String>,
     parent: Option<&'static str>,
 }
 
 impl Closed {
-    fn field(&self, name: &str) -> Option<&str> {
+    /// The field `name`'s value as text.
+    pub(crate) fn field(&self, name: &str) -> Option<&str> {
         self.fields.get(name).map(String::as_str)
     }
 }
 
 /// Records every span's fields, and each span when it closes.
 #[derive(Clone, Default)]
-struct Recorder {
+pub(crate) struct Recorder {
     closed: Arc<Mutex<Vec<Closed>>>,
 }
 
@@ -77,8 +78,16 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recorder {
 }
 
 impl Recorder {
+    /// Records the spans of this thread until the guard drops (a
+    /// current-thread runtime polls everything it runs here).
+    pub(crate) fn on_this_thread() -> (Self, tracing::subscriber::DefaultGuard) {
+        let recorder = Recorder::default();
+        let subscriber = tracing_subscriber::registry().with(recorder.clone());
+        (recorder, tracing::subscriber::set_default(subscriber))
+    }
+
     /// The spans closed so far named `name`.
-    fn named(&self, name: &str) -> Vec<Closed> {
+    pub(crate) fn named(&self, name: &str) -> Vec<Closed> {
         let closed = self.closed.lock().unwrap();
         closed.iter().filter(|s| s.name == name).cloned().collect()
     }
@@ -93,9 +102,7 @@ async fn traced(
     Recorder,
     Result<dsh_env::Collection, dsh_env::ContributorError>,
 ) {
-    let recorder = Recorder::default();
-    let subscriber = tracing_subscriber::registry().with(recorder.clone());
-    let guard = tracing::subscriber::set_default(subscriber);
+    let (recorder, guard) = Recorder::on_this_thread();
     let result = registry
         .collect(&agent_call(call_id, "s"), &CollectOptions::new())
         .await;

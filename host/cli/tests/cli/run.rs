@@ -402,7 +402,8 @@ fn run_hooks_get_the_call_and_a_blocking_hook_keeps_the_command_from_running() {
     let session = std::fs::read_to_string(pre.with_extension("session")).unwrap();
     assert_eq!(session, "child-1", "the hook ran with the managed overlay");
 
-    // Exit 2 blocks: nothing runs, not even the contributors; exit 125
+    // Exit 2 blocks: the command does not run (the contributors ran
+    // first: the hooks saw their overlay); exit 125
     // with the hook's reason.
     let (blocker, after) = (f.path("blocker"), f.path("after"));
     let blocking = f.write(
@@ -500,4 +501,58 @@ fn run_reads_the_manifests_hooks_and_the_flag_overrides_them() {
     let args = f.with_setup("run", typo.to_str().unwrap(), &home);
     let output = f.run(&[&args[..], &["--", "true"]].concat(), &[]);
     assert_run_failure(&output, &["line 1, column 1", "unknown field `hook`"]);
+}
+
+/// Each hook of a call sees the overlay of the call's one collect: with two
+/// hooks before and two after, a contributor that prints once per resolve
+/// (its output goes to the log, line by line) prints once per call.
+#[test]
+fn one_bash_call_runs_each_contributor_once_whatever_its_hooks() {
+    let f = Fixture::new();
+    let manifest = f.write(
+        "counted.toml",
+        &format!(
+            "[[contributor]]\npath = {PUPPET:?}\n[contributor.config]\nname = \"counted\"\n\
+             keys = \"DSH_COUNTED=c\"\npairs = \"DSH_COUNTED={{call}}\"\nresolve = \"print:1\"\n"
+        ),
+    );
+    let seen = f.path("seen");
+    let save = format!("printf '%s\\n' \"$DSH_COUNTED\" >> {}", seen.display());
+    // Distinct commands: identical ones run once per event.
+    let hook = |n: u8| serde_json::json!({"type": "command", "command": format!("{save} # {n}")});
+    let hooks = serde_json::json!({"hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [hook(1), hook(2)]}],
+        "PostToolUse": [{"matcher": "Bash", "hooks": [hook(3), hook(4)]}],
+    }});
+    let hooks = f.write("hooks.json", &hooks.to_string());
+    let (home, execution) = (f.home(), f.path("execution.json"));
+    let mut args = f.with_setup("run", manifest.to_str().unwrap(), &home);
+    args.extend([
+        "--execution",
+        execution.to_str().unwrap(),
+        "--hooks",
+        hooks.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo \"$DSH_COUNTED\"",
+    ]);
+    let output = f.run(&args, &[("DSH_ENV_LOG", "info")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output), "c1\n", "the command saw the overlay");
+    let resolves = stderr(&output)
+        .lines()
+        .filter(|line| line.contains("counted") && line.contains("stdout: "))
+        .count();
+    assert_eq!(
+        resolves,
+        1,
+        "one resolve for the call:\n{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "c1\nc1\nc1\nc1\n",
+        "each of the four hooks saw the call's overlay"
+    );
 }

@@ -83,8 +83,7 @@ pub enum RegistryError {
     Manifest(Arc<ManifestError>),
     /// The component's bytes are not the ones its entry pins.
     #[error(
-        "{} changed since it was pinned: its sha256 is {actual}, but its entry pins {pinned}; \
-         run `dsh-env add` again to review it",
+        "{} changed since it was pinned: its sha256 is {actual}, but its entry pins {pinned}",
         escape_controls(.origin)
     )]
     Changed {
