@@ -783,10 +783,17 @@ impl<E: ShellExecutor + Clone> Host<E> {
     }
 
     /// Registers every contributor of `manifest`, all or nothing, by its
-    /// rules; the host's home and trust stay the ones it was opened with.
-    pub async fn register_manifest(&self, manifest: &Manifest) -> HostResult<Vec<Registered>> {
+    /// rules, its `grants.env` copied from `host_env` (the process's
+    /// environment as it is now: a long-lived embedder may have changed it
+    /// since the host opened); the host's home and trust stay the ones it
+    /// was opened with.
+    pub async fn register_manifest(
+        &self,
+        manifest: &Manifest,
+        host_env: &HostEnv,
+    ) -> HostResult<Vec<Registered>> {
         let registrations = (self.registry)
-            .register_manifest(manifest, &self.host_env)
+            .register_manifest(manifest, host_env)
             .await?;
         Ok(registrations
             .into_iter()
@@ -856,13 +863,23 @@ impl<E: ShellExecutor + Clone> Host<E> {
 /// checked; a bad file is an invalid argument naming it.
 fn read_hooks(source: &HooksSource, manifest: Option<&Manifest>) -> HostResult<Option<Hooks>> {
     let dialect = HookDialect::ClaudeCode;
+    // An invalid argument saying `message`, the `HooksError` kept as its
+    // source: a front end may word a hooks file's errors as its own (the
+    // Node addon's `hooks:`).
+    let invalid = |err: HooksError, message: String| {
+        let mut err =
+            HostError::from_source(HostErrorCode::InvalidArgument, Culprit::default(), err);
+        err.message = message;
+        err
+    };
     // The file, and the manifest line that names it, for the message.
     let named = |err: HooksError, origin: Option<&str>| {
         let path = escape_controls(&err.path);
-        HostError::invalid(match origin {
+        let message = match origin {
             Some(origin) => format!("hooks file {path} ({origin}): {}", err.message),
             None => format!("hooks file {path}: {}", err.message),
-        })
+        };
+        invalid(err, message)
     };
     let hooks = match source {
         HooksSource::None => return Ok(None),
@@ -875,9 +892,10 @@ fn read_hooks(source: &HooksSource, manifest: Option<&Manifest>) -> HostResult<O
             Hooks::from_file(path, dialect).map_err(|err| named(err, None))?
         }
         // The document is the caller's: no file to name.
-        HooksSource::Document(text) => {
-            Hooks::parse(text, "hooks", dialect).map_err(|err| HostError::invalid(err.message))?
-        }
+        HooksSource::Document(text) => Hooks::parse(text, "hooks", dialect).map_err(|err| {
+            let message = err.message.clone();
+            invalid(err, message)
+        })?,
         HooksSource::Approved { setting, text } => {
             Hooks::parse(text, &setting.path.display().to_string(), dialect)
                 .map_err(|err| named(err, Some(&setting.origin)))?

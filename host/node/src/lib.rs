@@ -15,18 +15,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use dsh_env::__internal::escape_controls;
-use dsh_env::EnvironmentPolicy;
+use dsh_env::{CollectOptions, EnvironmentEntry, TrustEntry};
 use dsh_env::{
-    ArtifactCache, CacheKey, ContributorEntry, ContributorError, Culprit, DshHome, HomeContext,
-    HomeSetting, HostEnv, Manifest, ManifestError, RegistryError, Runtime, SpecError,
-    ToolExecution,
+    ContributorEntry, ContributorError, Culprit, HomeSetting, HostEnv, Manifest, ManifestError,
+    Mode, RegistryError, Runtime, SpecError, Tiering, ToolExecution,
 };
-use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
-use dsh_env::{EnvironmentEntry, TrustEntry};
-use dsh_env_harness::hooks::{BashCall, HookDialect, Hooks, PermissionMode};
-use dsh_env_harness::{
-    ExecError, ExecReport, LocalExecutor, ShellExecRequest, TimeoutUnit, checked_timeout,
+use dsh_env_harness::hooks::{HooksError, PermissionMode};
+use dsh_env_harness::host::{
+    BashRequest, Captured, HooksSource, Host, HostConfig, HostError, HostErrorCode, Registered,
+    RegistryConfig,
 };
+use dsh_env_harness::{LocalExecutor, TimeoutUnit, checked_timeout};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{Value, json};
@@ -41,7 +40,7 @@ fn runtime() -> Result<&'static Runtime> {
             Runtime::new().map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))
+        .map_err(|e| thrown(HostError::new(HostErrorCode::Runtime, e)))
 }
 
 /// Under `$DSH_ENV_LOG` (an `EnvFilter`, e.g. `dsh_env=info`), the
@@ -60,50 +59,43 @@ fn log_to_stderr() {
         .try_init();
 }
 
-/// An `Error` carrying `message`, a stable `code` and what `culprit` names,
-/// as JSON for `index.js`.
-fn failure(message: impl std::fmt::Display, code: &str, culprit: Culprit) -> Error {
-    Error::from_reason(json!({ "dshEnv": failure_body(message, code, culprit) }).to_string())
+/// A host error as JavaScript has it (the one table): `code` is its
+/// [`HostErrorCode`]'s `DSH_*` name, the fields are its culprit, and the
+/// message is worded for this package's users. It crosses as JSON
+/// (`{"dshEnv": {message, code, contributor?, key?, file?, limit?}}`) in the
+/// `Error`'s message, which `index.js` turns into a `DshEnvError`.
+fn thrown(err: HostError) -> Error {
+    Error::from_reason(json!({ "dshEnv": failure_body(&err) }).to_string())
 }
 
-/// What [`failure`] carries: `{message, code, contributor?, key?, file?, limit?}`.
-fn failure_body(message: impl std::fmt::Display, code: &str, culprit: Culprit) -> Value {
-    let mut body = serde_json::to_value(&culprit).unwrap_or_else(|_| json!({}));
-    body["message"] = Value::String(message.to_string());
-    body["code"] = Value::String(code.to_string());
+/// What [`thrown`] carries: `{message, code, contributor?, key?, file?, limit?}`.
+fn failure_body(err: &HostError) -> Value {
+    let mut body = serde_json::to_value(&*err.culprit).unwrap_or_else(|_| json!({}));
+    body["message"] = Value::String(message(err));
+    body["code"] = Value::String(err.code.as_str().to_string());
     body
 }
 
-/// A bad argument.
-fn invalid(message: impl std::fmt::Display) -> Error {
-    failure(message, "DSH_INVALID_ARGUMENT", Culprit::default())
-}
-
-/// A bad option, naming the limit it sets, if it is one.
-fn invalid_option(message: String, limit: Option<&str>) -> Error {
-    let mut body = json!({"message": message, "code": "DSH_INVALID_ARGUMENT"});
-    if let Some(limit) = limit {
-        body["limit"] = Value::String(limit.to_string());
+/// `err`'s message for a Node caller: a pin or reviewed grants that no
+/// longer match say what this package's user does about it (not only the
+/// CLI's `add`), and a hooks file's errors name the `hooks` option.
+fn message(err: &HostError) -> String {
+    if err.source_as::<HooksError>().is_some() {
+        return format!("hooks: {}", escape_controls(&err.message));
     }
-    Error::from_reason(json!({ "dshEnv": body }).to_string())
-}
-
-/// A refused registration, with a code for its kind. A pin that no longer
-/// matches says what a Node caller does about it, not only the CLI's `add`.
-fn refused(err: &RegistryError) -> Error {
-    let message = match err {
-        RegistryError::Changed {
+    match err.source_as::<RegistryError>() {
+        Some(RegistryError::Changed {
             origin,
             pinned,
             actual,
-        } => format!(
+        }) => format!(
             "{} changed since it was pinned: its sha256 is {actual}, but its pin is {pinned}; \
              review the new bytes, then pin them: `sha256: '{actual}'` in register()'s \
              options, or, for a manifest entry, the dsh-env CLI's `dsh-env add <component> \
              --manifest <manifest>` (this package does not edit manifests)",
             escape_controls(origin)
         ),
-        RegistryError::Manifest(manifest) => match manifest.as_ref() {
+        Some(RegistryError::Manifest(manifest)) => match manifest.as_ref() {
             ManifestError::Entry {
                 path,
                 path_in_manifest,
@@ -114,34 +106,29 @@ fn refused(err: &RegistryError) -> Error {
                  review them, then re-pin the entry with the dsh-env CLI: `dsh-env add \
                  <component> --manifest {path}` (this package does not edit manifests)"
             ),
-            _ => err.to_string(),
+            _ => err.message.clone(),
         },
-        _ => err.to_string(),
-    };
-    let code = match err {
-        RegistryError::Load(_) => "DSH_LOAD",
-        RegistryError::Contributor(_) => "DSH_CONTRIBUTOR",
-        RegistryError::Declaration(_) => "DSH_DECLARATION",
-        RegistryError::Manifest(_) | RegistryError::TrustMismatch { .. } => "DSH_MANIFEST",
-        RegistryError::Spec { .. } => "DSH_INVALID_ARGUMENT",
-        RegistryError::Changed { .. } => "DSH_CHANGED",
-        RegistryError::Signature(_) => "DSH_SIGNATURE",
-    };
-    failure(message, code, err.into())
+        _ => err.message.clone(),
+    }
+}
+
+/// A bad argument.
+fn invalid(message: impl std::fmt::Display) -> Error {
+    thrown(HostError::invalid(message))
+}
+
+/// A bad option, naming the limit it sets, if it is one.
+fn invalid_option(message: String, limit: Option<&str>) -> Error {
+    let mut body = failure_body(&HostError::invalid(message));
+    if let Some(limit) = limit {
+        body["limit"] = Value::String(limit.to_string());
+    }
+    Error::from_reason(json!({ "dshEnv": body }).to_string())
 }
 
 /// A contributor that failed an execution.
-fn failed(err: &ContributorError) -> Error {
-    failure(err, "DSH_CONTRIBUTOR", err.into())
-}
-
-/// A command that could not be run.
-fn exec_failed(err: &ExecError) -> Error {
-    let culprit = match err {
-        ExecError::Env(env) => env.into(),
-        _ => Culprit::default(),
-    };
-    failure(err, "DSH_EXEC", culprit)
+fn failed(err: ContributorError) -> Error {
+    thrown(err.into())
 }
 
 /// The execution, as JSON (see `collect`), checked as the CLI checks
@@ -151,28 +138,24 @@ fn execution(json: &str) -> Result<ToolExecution> {
 }
 
 /// A registry: contributors registered by path, and the overlay they build
-/// for each execution.
+/// for each execution. An adapter over the [`Host`]: it turns napi's
+/// arguments into the host's calls and the host's errors into `DSH_*` ones.
 #[napi]
 pub struct Registry {
-    inner: dsh_env::Registry,
-    /// The registrations, held here rather than by their JavaScript handles,
-    /// so that the garbage collector never unregisters a contributor: only
-    /// `dispose()` does.
-    held: Held,
+    host: Arc<Host>,
+    /// For each contributor registered here, the id of the handle that
+    /// holds it: the host holds the registration, so the garbage collector
+    /// never unregisters a contributor, and only that handle's `dispose()`
+    /// does (not an older handle of the same name, disposed already).
+    handles: Handles,
     next_id: AtomicU64,
     /// Whether a collection had to wait: later ones then start on the
     /// runtime rather than on the caller's thread.
     waited: AtomicBool,
-    /// Whether a preparation started by a collection is still running.
-    preparing: Arc<Mutex<Preparing>>,
-    /// What `exec`'s commands inherit.
-    environment: EnvironmentPolicy,
-    /// The hooks around `exec`'s commands.
-    hooks: Option<Hooks>,
 }
 
-/// Registrations by handle id.
-type Held = Arc<Mutex<HashMap<u64, dsh_env::Registration>>>;
+/// Handle ids by contributor name.
+type Handles = Arc<Mutex<HashMap<String, u64>>>;
 
 #[napi]
 impl Registry {
@@ -196,23 +179,19 @@ impl Registry {
     ) -> Result<Registry> {
         let manifest = manifest.map(|path| read_manifest(&path)).transpose()?;
         let trust = match (trust, &manifest) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "trust: give it in the manifest's [trust] or as the trust option, not both",
-                ));
-            }
-            (None, Some(manifest)) => manifest
-                .trust()
-                .map_err(|e| failure(&e, "DSH_MANIFEST", Culprit::default()))?,
-            (None, None) => dsh_env::Trust::default(),
+            // The host refuses both, whatever the option says.
+            (Some(_), Some(_)) => Some(dsh_env::Trust::default()),
             (Some(value), None) => {
                 let entry: TrustEntry = (serde_json::from_value(value))
                     .map_err(|e| invalid(format!("trust: {}", escape_controls(&e.to_string()))))?;
-                (entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?
+                Some((entry.trust()).map_err(|e| invalid(format!("trust: {e}")))?)
             }
+            (None, _) => None,
         };
+        // The option's policy, never the manifest's `[environment]`: this
+        // package has always taken only the manifest's trust, home and hooks.
         let environment = match environment {
-            None => EnvironmentPolicy::default(),
+            None => dsh_env::EnvironmentPolicy::default(),
             Some(value) => {
                 let entry: EnvironmentEntry = (serde_json::from_value(value)).map_err(|e| {
                     invalid(format!("environment: {}", escape_controls(&e.to_string())))
@@ -220,42 +199,50 @@ impl Registry {
                 (entry.policy()).map_err(|e| invalid(format!("environment: {e}")))?
             }
         };
-        let mut explicit: Vec<HomeSetting> = (home.into_iter())
-            .map(|path| HomeSetting {
-                origin: "the home option".into(),
-                path,
-            })
-            .collect();
-        // The cache's key lives in the embedder's own home (the option,
-        // $DSH_HOME, ~/.dsh), never in one the manifest names: the manifest
-        // may be a checkout's, and a checkout can fill a home it names.
-        let context = HomeContext::from_process();
-        let key = DshHome::resolve(&explicit, &context)
-            .map_or(CacheKey::Absent, |home| CacheKey::in_home(&home));
-        explicit.extend(manifest.as_ref().and_then(Manifest::home_setting));
-        let home = DshHome::resolve(&explicit, &context)
-            .map_err(|e| failure(&e, "DSH_HOME", Culprit::default()))?;
-        let cache = ArtifactCache::new(home.path().join("cache")).with_key(key);
-        // A harness lives for a session: Winch code at once, Cranelift's
-        // when it is ready.
-        let mut builder = dsh_env::Registry::builder(home)
-            .runtime(runtime()?)
-            .cache(cache)
-            .trust(trust)
-            .tiering(dsh_env::Tiering::Background);
-        if let Some(path) = compiler {
-            builder = builder.compiler(path);
-        }
-        let inner = (builder.build()).map_err(|e| failure(e, "DSH_RUNTIME", Culprit::default()))?;
-        let hooks = read_hooks(hooks, manifest.as_ref())?;
+        let hooks = match hooks {
+            Some(Value::String(path)) => HooksSource::File(PathBuf::from(path)),
+            // The document is the option: no file to name.
+            Some(document @ Value::Object(_)) => HooksSource::Document(document.to_string()),
+            Some(_) => {
+                return Err(invalid(
+                    "hooks: expected a hooks.json file's path or its document (an object)",
+                ));
+            }
+            None => HooksSource::Manifest,
+        };
+        let config = HostConfig {
+            manifest,
+            // The caller registers it with `register_manifest`.
+            register_manifest: false,
+            registry: RegistryConfig {
+                home: home.map(|path| HomeSetting {
+                    origin: "the home option".into(),
+                    path,
+                }),
+                compiler: compiler.map(PathBuf::from),
+                // A harness lives for a session: Winch code at once,
+                // Cranelift's when it is ready.
+                tiering: Tiering::Background,
+                runtime: Some(runtime()?.clone()),
+                ..RegistryConfig::default()
+            },
+            trust,
+            environment: Some(environment),
+            hooks,
+            host_env: HostEnv::from_process(),
+            // A harness makes many calls: the next one's instances are
+            // made while each command runs.
+            prepare_ahead: true,
+            // `prepare_in_background` enters napi's runtime itself.
+            spawner: None,
+        };
+        // Nothing in opening waits (the manifest is not registered here).
+        let host = run_here(Host::open(config)).map_err(thrown)?;
         Ok(Registry {
-            inner,
-            held: Held::default(),
+            host: Arc::new(host),
+            handles: Handles::default(),
             next_id: AtomicU64::new(0),
             waited: AtomicBool::new(false),
-            preparing: Arc::default(),
-            environment,
-            hooks,
         })
     }
 
@@ -283,26 +270,17 @@ impl Registry {
             }
         })?;
         let spec = (entry.to_spec(&PathBuf::from("."), &HostEnv::from_process())).map_err(|e| {
-            failure(
-                format!("register options of {}: {e}", entry.label()),
-                "DSH_INVALID_ARGUMENT",
-                Culprit {
-                    contributor: entry.path.as_ref().map(|path| path.display().to_string()),
-                    ..Culprit::from(&e)
-                },
+            let culprit = Culprit {
+                contributor: entry.path.as_ref().map(|path| path.display().to_string()),
+                ..Culprit::from(&e)
+            };
+            thrown(
+                HostError::invalid(format!("register options of {}: {e}", entry.label()))
+                    .naming(culprit),
             )
         })?;
-        let registry = self.inner.clone();
-        // Loading may compile in a child process: a blocking wait, kept off
-        // the runtime's workers.
-        let component = tokio::task::spawn_blocking(move || {
-            registry.load(LoadFrom::Spec(&spec), &LoadOptions::new())
-        })
-        .await
-        .map_err(|e| invalid(format!("register: {e}")))?
-        .map_err(|e| refused(&e))?;
-        let registration = (self.inner.register(component).await).map_err(|e| refused(&e))?;
-        Ok(self.hold(registration))
+        let registered = self.host.register_spec(&spec).await.map_err(thrown)?;
+        Ok(self.handle(registered))
     }
 
     /// Registers every contributor of the manifest at `path` (relative to
@@ -312,37 +290,36 @@ impl Registry {
     #[napi(ts_return_type = "Promise<Array<Registration>>")]
     pub async fn register_manifest(&self, path: String) -> Result<Vec<Registration>> {
         let manifest = read_manifest(&path)?;
-        let registry = self.inner.clone();
+        let host = Arc::clone(&self.host);
         // Loading may compile in a child process: a blocking wait, kept off
         // the runtime's workers; registering runs `declare` in the sandbox.
-        let registrations = tokio::task::spawn_blocking(move || {
+        let registered = tokio::task::spawn_blocking(move || {
             let host_env = HostEnv::from_process();
-            tokio::runtime::Handle::current()
-                .block_on(registry.register_manifest(&manifest, &host_env))
+            tokio::runtime::Handle::current().block_on(host.register_manifest(&manifest, &host_env))
         })
         .await
         .map_err(|e| invalid(format!("registerManifest: {e}")))?
-        .map_err(|e| refused(&e))?;
-        Ok(registrations.into_iter().map(|r| self.hold(r)).collect())
+        .map_err(thrown)?;
+        Ok(registered.into_iter().map(|r| self.handle(r)).collect())
     }
 
     /// Every key, built-ins included, sorted: `[{key, owner, description}]`.
     #[napi(ts_return_type = "Array<{ key: string; owner: string; description: string }>")]
     pub fn list(&self) -> Result<Value> {
-        serde_json::to_value(self.inner.list()).map_err(invalid)
+        serde_json::to_value(self.host.list()).map_err(invalid)
     }
 
     /// Every registered contributor: name, origin, sha256, signer, grants,
     /// on_error.
     #[napi(ts_return_type = "Array<Record<string, unknown>>")]
     pub fn contributors(&self) -> Result<Value> {
-        serde_json::to_value(self.inner.contributors()).map_err(invalid)
+        serde_json::to_value(self.host.contributors()).map_err(invalid)
     }
 
     /// The harness home this registry keeps its cache and store in.
     #[napi(getter)]
     pub fn home(&self) -> String {
-        self.inner.home().as_str().to_string()
+        self.host.registry().home().as_str().to_string()
     }
 
     /// Every variable of this process's environment that `exec`'s commands
@@ -350,7 +327,7 @@ impl Registry {
     /// `[{name, rule, reason}]`, the rule as the CLI's `explain` names it.
     #[napi(ts_return_type = "Array<{ name: string; rule: string; reason: string }>")]
     pub fn scrubbed(&self) -> Value {
-        let rows = self.environment.scrubbed_from_process().into_iter();
+        let rows = self.host.environment().scrubbed_from_process().into_iter();
         Value::Array(
             rows.map(|(name, rule)| {
                 serde_json::json!({"name": name, "rule": rule.rule(), "reason": rule.to_string()})
@@ -362,7 +339,7 @@ impl Registry {
     /// How many contributors have an instance made ahead of their next call.
     #[napi]
     pub fn prepared(&self) -> u32 {
-        u32::try_from(self.inner.prepared()).unwrap_or(u32::MAX)
+        u32::try_from(self.host.registry().prepared()).unwrap_or(u32::MAX)
     }
 
     /// The overlay for one execution, `{KEY: value}` sorted by key, and the
@@ -390,17 +367,17 @@ impl Registry {
         execution: String,
     ) -> Result<Either<String, PromiseRaw<'env, String>>> {
         let execution = self::execution(&execution)?;
-        let registry = self.inner.clone();
+        let registry = self.host.registry().clone();
         let mut collection = Box::pin(async move {
             let collection = registry.collect(&execution, &CollectOptions::new()).await;
-            Ok(collection_json(collection.map_err(|e| failed(&e))?))
+            Ok(collection_json(collection.map_err(failed)?))
         });
         if !self.waited.load(Ordering::Relaxed) {
             // Calls back to back, with no time for the last preparation:
             // this one makes its instances itself, so the wake costs little
             // beside it, and the runtime then also drops finished instances
             // (32 at once on this thread otherwise: the p99).
-            let back_to_back = !self.inner.is_prepared();
+            let back_to_back = !self.host.registry().is_prepared();
             let mut context = Context::from_waker(Waker::noop());
             let polled = within_runtime_if_available(|| collection.as_mut().poll(&mut context));
             if let Poll::Ready(result) = polled {
@@ -411,10 +388,10 @@ impl Registry {
             }
             self.waited.store(true, Ordering::Relaxed);
         }
-        let (registry, preparing) = (self.inner.clone(), Arc::clone(&self.preparing));
+        let host = Arc::clone(&self.host);
         env.spawn_future(async move {
             let result = collection.await;
-            prepare_in_background(registry, preparing);
+            host.prepare_next();
             result
         })
         .map(Either::B)
@@ -427,13 +404,9 @@ impl Registry {
     #[napi(ts_return_type = "Promise<string>")]
     pub async fn explain(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
-        let collection = (self
-            .inner
-            .collect(&execution, &CollectOptions::new().traced(true))
-            .await)
-            .map_err(|e| failed(&e))?;
-        let why_absent = serde_json::to_value(self.inner.absences(&collection)).map_err(invalid)?;
-        let mut answer = collection_value(collection);
+        let explanation = self.host.explain(&execution).await.map_err(thrown)?;
+        let why_absent = serde_json::to_value(explanation.absences).map_err(invalid)?;
+        let mut answer = collection_value(explanation.collection);
         answer["why_absent"] = why_absent;
         Ok(answer.to_string())
     }
@@ -442,7 +415,8 @@ impl Registry {
     /// contributor has one or a preparation is already running.
     #[napi]
     pub fn prepare_in_background(&self) {
-        prepare_in_background(self.inner.clone(), Arc::clone(&self.preparing));
+        // Called on the event loop: the host spawns on napi's runtime.
+        within_runtime_if_available(|| self.host.prepare_next());
     }
 
     /// Every contributor alone for one execution (JSON, as for `collect`),
@@ -457,16 +431,13 @@ impl Registry {
     pub fn resolve_each(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
         let each = run_here(
-            self.inner
-                .collect(&execution, &CollectOptions::new().each_alone()),
+            (self.host.registry()).collect(&execution, &CollectOptions::new().each_alone()),
         );
         let answer: serde_json::Map<String, Value> = (each.into_iter())
             .map(|(name, result)| {
                 let value = match result {
                     Ok(collection) => collection_value(collection),
-                    Err(err) => {
-                        json!({ "error": failure_body(&err, "DSH_CONTRIBUTOR", (&err).into()) })
-                    }
+                    Err(err) => json!({ "error": failure_body(&err.into()) }),
                 };
                 (name, value)
             })
@@ -504,32 +475,18 @@ impl Registry {
             .transpose()
             .map_err(|e| invalid(format!("permissionMode: {e}")))?;
         let execution = self::execution(&execution)?;
-        let overlay = (self.inner.collect(&execution, &CollectOptions::new()).await)
-            .map_err(|e| failed(&e))?
-            .overlay;
-        self.prepare_in_background();
-        let around = match &self.hooks {
-            Some(hooks) => {
-                let call = BashCall::new(&execution, &command, timeout, permission_mode)
-                    .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
-                let notes = (hooks.before_bash(&call, &overlay).await)
-                    .map_err(|blocked| failure(blocked, "DSH_HOOK_BLOCKED", Culprit::default()))?;
-                Some((hooks, call, notes))
-            }
-            None => None,
-        };
-        let mut request = ShellExecRequest::for_execution(command, &execution, overlay.clone())
-            .map_err(|e| failure(e, "DSH_EXEC", Culprit::default()))?;
-        request.env = env.unwrap_or_default().into_iter().collect();
-        request.environment = self.environment.clone();
-        request.stdin = stdin.map(String::into_bytes);
-        if let Some(timeout) = timeout {
-            request.timeout = timeout;
-        }
-        let output = (LocalExecutor.run(request).await).map_err(|e| exec_failed(&e))?;
-        let mut report = serde_json::to_value(ExecReport::from(output)).map_err(invalid)?;
-        if let Some((hooks, call, mut notes)) = around {
-            (hooks.after_bash(&call, &overlay, report.clone(), &mut notes)).await;
+        // The execution's own mode (its `run_in_background`) is what its
+        // contributors see, as they did before the host ran the call.
+        let background = execution.mode == Mode::Background;
+        let mut call = BashRequest::new(execution, command);
+        call.env = env.unwrap_or_default().into_iter().collect();
+        call.stdin = stdin.map(String::into_bytes);
+        call.timeout = timeout;
+        call.permission_mode = permission_mode;
+        call.background = background;
+        let outcome = (self.host.run_bash(call, &Captured(LocalExecutor)).await).map_err(thrown)?;
+        let mut report = serde_json::to_value(outcome.output).map_err(invalid)?;
+        if let Some(notes) = outcome.notes {
             report["hooks"] = json!(notes);
         }
         Ok(report)
@@ -537,17 +494,16 @@ impl Registry {
 }
 
 impl Registry {
-    /// Keeps `registration` until its handle's `dispose()`.
-    fn hold(&self, registration: dsh_env::Registration) -> Registration {
+    /// A new handle for the contributor the host registered as `registered`.
+    fn handle(&self, registered: Registered) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let name = registration.name().to_string();
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(id, registration);
+        let name = registered.name;
+        lock(&self.handles).insert(name.clone(), id);
         Registration {
             name,
             id,
-            held: Arc::clone(&self.held),
-            registry: self.inner.clone(),
+            handles: Arc::clone(&self.handles),
+            host: Arc::clone(&self.host),
         }
     }
 }
@@ -557,8 +513,8 @@ impl Registry {
 pub struct Registration {
     name: String,
     id: u64,
-    held: Held,
-    registry: dsh_env::Registry,
+    handles: Handles,
+    host: Arc<Host>,
 }
 
 #[napi]
@@ -580,21 +536,23 @@ impl Registration {
     #[napi]
     pub fn resolve_sync(&self, execution: String) -> Result<String> {
         let execution = self::execution(&execution)?;
-        let (registry, name) = (&self.registry, self.name.as_str());
+        let (registry, name) = (self.host.registry(), self.name.as_str());
         match run_here(registry.collect(&execution, &CollectOptions::new().only(name))) {
             Ok(Some(collection)) => Ok(collection_value(collection).to_string()),
-            Ok(None) => Err(failure(
-                format!(
-                    "contributor `{}` is no longer registered",
-                    escape_controls(name)
-                ),
-                "DSH_DISPOSED",
-                Culprit {
+            Ok(None) => Err(thrown(
+                HostError::new(
+                    HostErrorCode::Disposed,
+                    format!(
+                        "contributor `{}` is no longer registered",
+                        escape_controls(name)
+                    ),
+                )
+                .naming(Culprit {
                     contributor: Some(name.to_string()),
                     ..Culprit::default()
-                },
+                }),
             )),
-            Err(err) => Err(failed(&err)),
+            Err(err) => Err(failed(err)),
         }
     }
 
@@ -602,33 +560,19 @@ impl Registration {
     /// set they started with. Disposing twice does nothing.
     #[napi]
     pub fn dispose(&self) {
-        let taken = (self.held.lock().unwrap_or_else(|p| p.into_inner())).remove(&self.id);
-        // Unregistered here, outside the lock.
-        drop(taken);
+        let mine = {
+            let mut handles = lock(&self.handles);
+            let mine = handles.get(&self.name) == Some(&self.id);
+            if mine {
+                handles.remove(&self.name);
+            }
+            mine
+        };
+        // Unregistered outside the lock; the host holds it, so it is there.
+        if mine {
+            let _ = self.host.dispose(&self.name);
+        }
     }
-}
-
-/// The hooks of the `hooks` option (a file's path or a hooks.json
-/// document), else of the manifest's `hooks`, read and checked.
-fn read_hooks(option: Option<Value>, manifest: Option<&Manifest>) -> Result<Option<Hooks>> {
-    let dialect = HookDialect::ClaudeCode;
-    let read = match (option, manifest.and_then(Manifest::hooks_setting)) {
-        (Some(Value::String(path)), _) => {
-            Hooks::from_file(path.as_ref(), dialect).map_err(|e| e.to_string())
-        }
-        // The document is the option: no file to name.
-        (Some(document @ Value::Object(_)), _) => {
-            Hooks::parse(&document.to_string(), "hooks", dialect).map_err(|e| e.message)
-        }
-        (Some(_), _) => {
-            Err("expected a hooks.json file's path or its document (an object)".to_string())
-        }
-        (None, Some(setting)) => Hooks::from_file(&setting.path, dialect)
-            .map_err(|e| format!("hooks file {} ({}): {}", e.path, setting.origin, e.message)),
-        (None, None) => return Ok(None),
-    };
-    read.map(Some)
-        .map_err(|e| invalid(format!("hooks: {}", escape_controls(&e))))
 }
 
 /// The manifest at `path`, or a `DSH_MANIFEST` error naming it.
@@ -638,48 +582,14 @@ fn read_manifest(path: &str) -> Result<Manifest> {
             file: Some(path.to_string()),
             ..Culprit::from(&e)
         };
-        failure(&e, "DSH_MANIFEST", culprit)
+        thrown(HostError::from(e).naming(culprit))
     })
 }
 
-/// A registry's background preparation: whether one runs, and whether a
-/// collection asked for another while it ran.
-#[derive(Default)]
-struct Preparing {
-    running: bool,
-    again: bool,
-}
-
-/// Makes the next call's instances on the runtime, one preparation at a time
-/// however many collections end at once, and only when one is missing. A
-/// request that comes while one runs makes it go round once more when it
-/// ends: that one may have passed the contributor whose instance the
-/// request's collection took, and dropping the request left it with
-/// nothing made and nothing making it (the bench stopped on it).
-fn prepare_in_background(registry: dsh_env::Registry, preparing: Arc<Mutex<Preparing>>) {
-    if registry.is_prepared() {
-        return;
-    }
-    {
-        let mut state = preparing.lock().unwrap_or_else(|p| p.into_inner());
-        if state.running {
-            state.again = true;
-            return;
-        }
-        state.running = true;
-    }
-    // On a runtime thread rather than the caller's, even when it would not
-    // wait: tried, that made the next call slower (BENCHMARKS.md).
-    napi::bindgen_prelude::spawn(async move {
-        loop {
-            registry.prepare().await;
-            let mut state = preparing.lock().unwrap_or_else(|p| p.into_inner());
-            if !std::mem::take(&mut state.again) {
-                state.running = false;
-                return;
-            }
-        }
-    });
+/// `mutex`, locked: a panic elsewhere cannot leave a map of ids
+/// half-changed, so a poisoned one is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs `future` to its end on the calling thread: polled once within the
