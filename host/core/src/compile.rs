@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::input::{escape_controls, is_executable};
@@ -187,13 +187,59 @@ pub(crate) struct Compiler {
     explicit: Option<PathBuf>,
     /// Who is told about each compile, if anyone.
     progress: Option<Arc<dyn CompileProgress>>,
-    /// Held while the helper runs: one compile at a time. wasmtime already
-    /// compiles a component's functions on every core, so a second compile
-    /// at once mostly adds its memory, for the same wall time
-    /// (docs/compiling.md).
-    one_at_a_time: Mutex<()>,
+    /// One held while the helper runs a compile a load waits for: up to
+    /// [`MAX_COMPILES_AT_ONCE`], one per core. wasmtime compiles a
+    /// component's functions on every core already; compiles at once
+    /// overlap the helper's serial parts (start, parsing, writing), which
+    /// is most of a small guest's compile (docs/compiling.md).
+    turns: Turns,
     /// The same for background compiles, which must not make a load wait.
     one_in_background: Mutex<()>,
+}
+
+/// Compiles a load waits for that run at once, at most (one per core up to
+/// this): each holds a helper's peak memory (docs/compiling.md).
+pub const MAX_COMPILES_AT_ONCE: usize = 4;
+
+/// A counting semaphore for blocking threads: `limit` turns.
+struct Turns {
+    limit: usize,
+    taken: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Default for Turns {
+    /// One turn per core, up to [`MAX_COMPILES_AT_ONCE`].
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Turns {
+            limit: cores.min(MAX_COMPILES_AT_ONCE),
+            taken: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+}
+
+/// A turn of [`Turns`], given back when dropped.
+struct Turn<'a>(&'a Turns);
+
+impl Turns {
+    /// A turn, once one is free.
+    fn take(&self) -> Turn<'_> {
+        let taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = (self.freed)
+            .wait_while(taken, |taken| *taken >= self.limit)
+            .unwrap_or_else(|p| p.into_inner());
+        *taken += 1;
+        Turn(self)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.taken.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 /// Whether a caller waits for a compile.
@@ -228,8 +274,9 @@ impl Compiler {
         }
     }
 
-    /// [`Self::compile`], once no other compile of this compiler runs,
-    /// telling the [`CompileProgress`] set, if any, that the component
+    /// [`Self::compile`], once a turn is free (one per core, see
+    /// [`MAX_COMPILES_AT_ONCE`]; a background compile waits for the one
+    /// before it), telling the [`CompileProgress`] set, if any, that the component
     /// `origin` names is compiled. The wait is not part of the compile's
     /// wall-clock limit.
     pub(crate) fn compile_reported(
@@ -244,7 +291,7 @@ impl Compiler {
             let _turn = (self.one_in_background.lock()).unwrap_or_else(|p| p.into_inner());
             return self.compile(bytes, bounds, engine_tag, urgency);
         }
-        let _turn = self.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.turns.take();
         let Some(progress) = &self.progress else {
             return self.compile(bytes, bounds, engine_tag, urgency);
         };

@@ -75,6 +75,11 @@ impl ToolExecution {
         self.mode = mode;
         self
     }
+
+    /// The calling agent's working directory, if there is an agent with one.
+    pub fn agent_cwd(&self) -> Option<&str> {
+        self.agent.as_ref().and_then(|agent| agent.cwd.as_deref())
+    }
 }
 
 /// Why an execution JSON document was refused.

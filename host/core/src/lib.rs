@@ -104,7 +104,7 @@ pub mod __internal {
     pub use crate::compile::helper_main;
     /// The compile helper's name and the variable that overrides its path.
     pub mod compile {
-        pub use crate::compile::{HELPER, HELPER_ENV};
+        pub use crate::compile::{HELPER, HELPER_ENV, MAX_COMPILES_AT_ONCE};
     }
     pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};
     pub use crate::epoch::EPOCH_TICK;

@@ -590,40 +590,70 @@ async fn clearing_leaves_an_empty_cache_that_works() {
     assert_eq!(cached(&registry), [digest(AGENT_LINEAGE)].into());
 }
 
-/// Every compile a registry reports, in order.
+/// Every compile a registry reports, in order, and the most that ran at
+/// once. A compile that starts waits (up to a minute) until `overlap`
+/// compiles have started, so that compiles allowed to run together are
+/// seen together however loaded the machine is; a serial compiler waits
+/// out the minute once per compile, and is seen alone.
 #[derive(Default)]
-struct Compiles(std::sync::Mutex<Vec<String>>);
+struct Compiles {
+    events: std::sync::Mutex<Vec<String>>,
+    /// Started so far, running now, the most running at once.
+    counts: std::sync::Mutex<(usize, usize, usize)>,
+    started: std::sync::Condvar,
+    overlap: usize,
+}
 
 impl dsh_env::CompileProgress for Compiles {
     fn started(&self, origin: &str, bytes: u64) {
         assert!(bytes > 0, "{origin}");
-        self.0.lock().unwrap().push(format!("start {origin}"));
+        self.events.lock().unwrap().push(format!("start {origin}"));
+        let mut counts = self.counts.lock().unwrap();
+        let (started, running, most) = &mut *counts;
+        *started += 1;
+        *running += 1;
+        *most = (*most).max(*running);
+        self.started.notify_all();
+        let wait = std::time::Duration::from_secs(60);
+        drop(self.started.wait_timeout_while(counts, wait, |c| c.0 < self.overlap));
     }
 
     fn finished(&self, origin: &str, _bytes: u64, _elapsed: std::time::Duration, ok: bool) {
         assert!(ok, "{origin}");
-        self.0.lock().unwrap().push(format!("end {origin}"));
+        self.events.lock().unwrap().push(format!("end {origin}"));
+        self.counts.lock().unwrap().1 -= 1;
     }
 }
 
-/// The compiles a registry in `home` (absolute) reports while it registers
-/// `manifest`.
-async fn compiles_registering(home: &std::path::Path, manifest: &dsh_env::Manifest) -> Vec<String> {
-    let compiles = std::sync::Arc::new(Compiles::default());
+/// The compiles a registry in `home` (absolute) with `tiering` reports
+/// while it registers `manifest`, and the most that ran at once (waiting
+/// for `overlap` to start, see [`Compiles`]).
+async fn compiles_registering(
+    home: &std::path::Path,
+    manifest: &dsh_env::Manifest,
+    tiering: dsh_env::Tiering,
+    overlap: usize,
+) -> (Vec<String>, usize) {
+    let compiles = std::sync::Arc::new(Compiles {
+        overlap,
+        ..Compiles::default()
+    });
     let home = dsh_env::DshHome::from_absolute(home).unwrap();
     let registry = (dsh_env_tests::builder(home))
         .compile_progress(compiles.clone())
+        .tiering(tiering)
         .build()
         .unwrap();
     let _registered = registry
         .register_manifest(manifest, &dsh_env::HostEnv::from_process())
         .await
         .unwrap();
-    std::mem::take(&mut *compiles.0.lock().unwrap())
+    let events = std::mem::take(&mut *compiles.events.lock().unwrap());
+    (events, compiles.counts.lock().unwrap().2)
 }
 
-#[tokio::test]
-async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss() {
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_home_compiles_its_components_with_winch_one_per_core() {
     let home = tempfile::tempdir().unwrap();
     let paths = [
         artifacts::AGENT_LINEAGE,
@@ -634,22 +664,24 @@ async fn a_manifest_compiles_one_component_at_a_time_and_says_so_only_on_a_miss(
         .map(|path| format!("[[contributor]]\npath = {path:?}\n"))
         .collect();
     let manifest = dsh_env::Manifest::parse(&text, "m.toml", home.path().into()).unwrap();
-    // Loaded in parallel, but each compile ends before the next starts:
-    // wasmtime already uses every core for one.
-    let events = compiles_registering(home.path(), &manifest).await;
+    // Loaded in parallel, and compiled in parallel, one per core (at most
+    // four): wasmtime uses every core for one compile's functions, but
+    // not for the helper's start, parsing and writing.
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let expected = cores
+        .min(dsh_env::__internal::compile::MAX_COMPILES_AT_ONCE)
+        .min(paths.len());
+    let (events, most) =
+        compiles_registering(home.path(), &manifest, dsh_env::Tiering::Baseline, expected).await;
+    assert_eq!(most, expected, "{events:?}");
     assert_eq!(events.len(), 2 * paths.len(), "{events:?}");
-    for pair in events.chunks(2) {
-        let origin = pair[0].strip_prefix("start ").unwrap();
-        assert_eq!(pair[1], format!("end {origin}"), "{events:?}");
-    }
     for path in paths {
         assert!(events.contains(&format!("start {path}")), "{events:?}");
+        assert!(events.contains(&format!("end {path}")), "{events:?}");
     }
     // Warm: mapped from the cache, nothing compiled, nothing said.
-    assert_eq!(
-        compiles_registering(home.path(), &manifest).await,
-        Vec::<String>::new()
-    );
+    let warm = compiles_registering(home.path(), &manifest, dsh_env::Tiering::Baseline, 0);
+    assert_eq!(warm.await, (Vec::new(), 0));
 }
 
 /// Registers the agent-lineage component at `path` as a later process does

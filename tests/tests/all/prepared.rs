@@ -2,6 +2,7 @@
 //! runs while its child starts): each serves one call, under the same limits,
 //! and the result is what an instance made at the call would give.
 
+use std::path::Path;
 use std::time::Duration;
 
 use dsh_env::__internal::MAX_LIVE_INSTANCES;
@@ -11,9 +12,12 @@ use dsh_env::Grants;
 use dsh_env::{
     ContributorError, FailureCause, GuestFailure, HostLimits, Limits, Registration, Registry,
 };
+use dsh_env::{LoadFrom, LoadOptions};
 use dsh_env_harness::LocalExecutor;
 use dsh_env_harness::tool::{BashOutcome, BashTool};
-use dsh_env_tests::{agent_call, echo, puppet, registry, registry_with};
+use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, puppet, registry, registry_with};
+
+use crate::traces::Recorder;
 use serde_json::json;
 
 /// A puppet that reports how many calls its instance has served, and the call id.
@@ -203,4 +207,92 @@ async fn only_a_preparing_caller_leaves_finished_stores_to_drop_later() {
     );
     registry.prepare().await;
     assert_eq!(runtime.retired_memory(), 0, "the next prepare dropped it");
+}
+
+/// Makes `dir` a git repository with `branch` checked out.
+fn check_out(dir: &Path, branch: &str) {
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    std::fs::write(dir.join(".git/HEAD"), format!("ref: refs/heads/{branch}\n")).unwrap();
+}
+
+/// The branch git-context gives call `call` in `cwd`, and how its instance
+/// was made (`ahead` or `at-call`), as its span says.
+async fn branch_in(
+    registry: &Registry,
+    recorder: &Recorder,
+    call: &str,
+    cwd: &Path,
+) -> (Option<String>, String) {
+    let execution = agent_call_in(call, "s", cwd.to_str().unwrap());
+    let collection = registry.collect(&execution, &CollectOptions::new()).await;
+    let branch = collection.unwrap().overlay.get("DSH_GIT_BRANCH");
+    let spans = recorder.named("contributor");
+    let span = (spans.iter())
+        .find(|span| span.field("call_id") == Some(call))
+        .unwrap_or_else(|| panic!("no span for {call}: {spans:?}"));
+    let instance = span.field("instance").unwrap_or("none").to_string();
+    (branch.map(str::to_string), instance)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_cwd_granted_contributor_is_made_ahead_for_the_cwd_of_its_last_call() {
+    let (recorder, _guard) = Recorder::on_this_thread();
+    let registry = registry();
+    let component = registry
+        .load(
+            LoadFrom::File(artifacts::GIT_CONTEXT.as_ref()),
+            &LoadOptions::new(),
+        )
+        .unwrap()
+        .with_grants(Grants {
+            env: Vec::new(),
+            cwd_read: true,
+        });
+    let _git = registry.register(component).await.unwrap();
+    let (main, topic) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (main, topic) = (main.path(), topic.path());
+    check_out(main, "main");
+    check_out(topic, "topic");
+    let owned = |branch: &str, instance: &str| (Some(branch.to_string()), instance.to_string());
+
+    // Nothing is made before its first call: no cwd to make it for.
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), 0);
+    assert!(registry.is_prepared());
+    let first = branch_in(&registry, &recorder, "c1", main).await;
+    assert_eq!(first, owned("main", "at-call"));
+
+    // Made for the last call's cwd, it serves the next call there, once.
+    assert!(!registry.is_prepared());
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), 1);
+    let same = branch_in(&registry, &recorder, "c2", main).await;
+    assert_eq!(same, owned("main", "ahead"));
+    assert_eq!(registry.prepared(), 0, "the call took it");
+
+    // Another cwd: the one made for `main` is dropped, a new one made.
+    registry.prepare().await;
+    let other = branch_in(&registry, &recorder, "c3", topic).await;
+    assert_eq!(other, owned("topic", "at-call"));
+    assert_eq!(registry.prepared(), 0, "the unfit one is dropped");
+
+    // The same path, but a new directory: the one made ahead holds the old.
+    registry.prepare().await;
+    assert_eq!(registry.prepared(), 1);
+    std::fs::remove_dir_all(topic).unwrap();
+    check_out(topic, "recreated");
+    let recreated = branch_in(&registry, &recorder, "c4", topic).await;
+    assert_eq!(recreated, owned("recreated", "at-call"));
+
+    // Two calls at once: one takes the instance made ahead, the other
+    // makes its own; each sees its own directory.
+    registry.prepare().await;
+    let (a, b) = tokio::join!(
+        branch_in(&registry, &recorder, "c5", topic),
+        branch_in(&registry, &recorder, "c6", main),
+    );
+    assert_eq!((a.0.as_deref(), b.0.as_deref()), (Some("recreated"), Some("main")));
+    let mut instances = [a.1, b.1];
+    instances.sort();
+    assert_eq!(instances, ["ahead", "at-call"]);
 }

@@ -190,7 +190,9 @@ impl Registry {
     /// Does the work `collect` leaves for later, so that it is off the
     /// caller's path: drops the instances of finished calls, then makes one
     /// fresh instance of each contributor that has none ready, for its next
-    /// call. An instance serves one call and is never reused. The bash tool
+    /// call; one with a cwd grant, for the cwd of its last call (and none
+    /// before its first), which serves the next call only in that same
+    /// directory. An instance serves one call and is never reused. The bash tool
     /// runs this while its child starts; without it, `collect` instantiates
     /// at the call and drops each instance at the end of its call.
     pub async fn prepare(&self) {
@@ -199,10 +201,12 @@ impl Registry {
             let Resolver::Wasm(wasm) = &entry.resolver else {
                 continue;
             };
-            if wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some() {
+            if wasm.is_prepared() {
                 continue;
             }
-            match self.inner.runtime.sandbox.prepare(&wasm.component).await {
+            let cwd = wasm.last_cwd().clone();
+            let (sandbox, name) = (&self.inner.runtime.sandbox, entry.declaration.name());
+            match sandbox.prepare(&wasm.component, name, cwd.as_deref()).await {
                 // A concurrent `prepare` may have filled it meanwhile; then
                 // this one is dropped.
                 Preparation::Ready(prepared) => {
@@ -212,6 +216,7 @@ impl Registry {
                     }
                 }
                 Preparation::Busy => break,
+                Preparation::Skipped => {}
                 Preparation::Unsuitable => wasm.unsuitable.store(true, Ordering::Relaxed),
             }
         }
@@ -232,9 +237,7 @@ impl Registry {
     pub fn is_prepared(&self) -> bool {
         let snapshot = self.inner.snapshot();
         snapshot.values().all(|entry| match &entry.resolver {
-            Resolver::Wasm(wasm) => {
-                wasm.unsuitable.load(Ordering::Relaxed) || wasm.ready().is_some()
-            }
+            Resolver::Wasm(wasm) => wasm.is_prepared(),
             Resolver::Native(_) => true,
         })
     }
@@ -404,6 +407,7 @@ impl Registry {
             contributor = entry.declaration.name(),
             phase = %Phase::Resolve,
             tier = Empty,
+            instance = Empty,
             outcome = Empty,
             failure = Empty,
         );
@@ -441,16 +445,29 @@ impl Registry {
         let span = Span::current();
         let pairs = match &entry.resolver {
             Resolver::Wasm(wasm) => {
-                let (name, prepared) = (entry.declaration.name(), wasm.ready().take());
+                let (name, mut prepared) = (entry.declaration.name(), wasm.ready().take());
+                let sandbox = &self.inner.runtime.sandbox;
+                if wasm.component.grants().cwd_read {
+                    let cwd = execution.agent_cwd();
+                    let mut last = wasm.last_cwd();
+                    if last.as_deref() != cwd {
+                        *last = cwd.map(str::to_string);
+                    }
+                    drop(last);
+                    if let Some(other) = prepared.take_if(|prepared| !prepared.fits(execution)) {
+                        sandbox.discard(other);
+                    }
+                }
                 if !span.is_disabled() {
                     // The code the instance was made from; opening the
                     // component's artifact is what the call does first.
                     let tier =
                         (prepared.as_ref().map(Prepared::tier)).or_else(|| wasm.component.tier());
                     span.record("tier", tier.map(CodeTier::as_str));
+                    let made = if prepared.is_some() { "ahead" } else { "at-call" };
+                    span.record("instance", made);
                 }
                 let call = call.get_or_insert_with(|| Call::new(execution));
-                let sandbox = &self.inner.runtime.sandbox;
                 (sandbox.resolve(&wasm.component, name, call, prepared, trace)).await
             }
             Resolver::Native(native) => {

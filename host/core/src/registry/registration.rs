@@ -145,6 +145,7 @@ impl Registry {
         let resolver = Resolver::Wasm(Box::new(WasmResolver {
             component,
             ready: Mutex::default(),
+            last_cwd: Mutex::default(),
             unsuitable: AtomicBool::new(false),
         }));
         self.insert(raw, resolver, limits, on_error)

@@ -2,7 +2,7 @@
 //! every change), and what it was built with.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::declaration::{Declaration, RawDeclaration};
@@ -43,14 +43,28 @@ pub(super) struct WasmResolver {
     pub(super) component: ContributorComponent,
     /// Filled by [`Registry::prepare`], taken by one `collect`.
     pub(super) ready: Mutex<Option<Prepared>>,
-    /// Set when the component cannot be prepared ahead (a cwd grant, or a
-    /// failed instantiation), so it is not tried again.
+    /// With a cwd grant: the cwd of its last call, which the next instance
+    /// is made for (none before its first call, or after one without a cwd).
+    pub(super) last_cwd: Mutex<Option<String>>,
+    /// Set when the component cannot be prepared ahead (a failed
+    /// instantiation), so it is not tried again.
     pub(super) unsuitable: AtomicBool,
 }
 
 impl WasmResolver {
     pub(super) fn ready(&self) -> std::sync::MutexGuard<'_, Option<Prepared>> {
         self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn last_cwd(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last_cwd.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether [`Registry::prepare`] has nothing to make for it.
+    pub(super) fn is_prepared(&self) -> bool {
+        self.unsuitable.load(Ordering::Relaxed)
+            || self.ready().is_some()
+            || (self.component.grants().cwd_read && self.last_cwd().is_none())
     }
 }
 

@@ -13,7 +13,6 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::files::{FileHost, OpenFiles};
 use super::trace::{Sought, SoughtHost};
-use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::keys::is_managed_name;
 use crate::limits::{Limits, TABLE_ELEMENT_BYTES};
@@ -284,11 +283,12 @@ pub(super) fn arm_deadline(store: &mut Store<GuestState>, limits: &Limits) {
     store.set_epoch_deadline(1);
 }
 
-/// A WASI context with nothing in it but the grants: no preopens, env, args
-/// or network; stdout and stderr captured.
+/// A WASI context with nothing in it but the grants (the cwd grant as
+/// `cwd`, the agent's): no other preopens, env, args or network; stdout
+/// and stderr captured.
 pub(super) fn wasi_context(
     grants: &Grants,
-    execution: Option<&ToolExecution>,
+    cwd: Option<&str>,
     stdout: &GuestOutput,
     stderr: &GuestOutput,
 ) -> WasiCtx {
@@ -304,10 +304,7 @@ pub(super) fn wasi_context(
     for (name, value) in grants.env.iter().filter(|(name, _)| !is_managed_name(name)) {
         builder.env(name, value);
     }
-    let agent_cwd = execution
-        .and_then(|e| e.agent.as_ref())
-        .and_then(|a| a.cwd.as_deref());
-    if let (true, Some(cwd)) = (grants.cwd_read, agent_cwd) {
+    if let (true, Some(cwd)) = (grants.cwd_read, cwd) {
         // A cwd that cannot be opened is simply not granted: the guest sees no directory.
         if let Err(err) = builder.preopened_dir(cwd, cwd, FsPerms::ReadOnly) {
             tracing::debug!("cwd {cwd} not preopened: {err}");

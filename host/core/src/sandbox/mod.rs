@@ -75,6 +75,25 @@ pub(crate) struct Prepared {
     slot: OwnedSemaphorePermit,
     /// Which compiler made the code it was instantiated from.
     tier: CodeTier,
+    /// With a cwd grant: the directory preopened for it.
+    place: Option<Place>,
+}
+
+/// The cwd an instance made ahead was given: its path, and the directory
+/// the path named then (none if it could not be opened).
+struct Place {
+    path: String,
+    dir: Option<DirId>,
+}
+
+/// A directory's device and inode: which directory a path names now.
+type DirId = (u64, u64);
+
+/// What `path` names now, if it can be read.
+fn dir_id(path: &str) -> Option<DirId> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
 }
 
 impl Prepared {
@@ -82,6 +101,18 @@ impl Prepared {
     /// does not change it).
     pub(crate) fn tier(&self) -> CodeTier {
         self.tier
+    }
+
+    /// Whether it may serve `execution`: always without a cwd grant; with
+    /// one, only if the call's cwd is the path it was given and that path
+    /// still names the same directory (one deleted and made again is
+    /// another: the instance holds the old one open, so its inode is not
+    /// reused meanwhile).
+    pub(crate) fn fits(&self, execution: &ToolExecution) -> bool {
+        let Some(place) = &self.place else {
+            return true;
+        };
+        execution.agent_cwd() == Some(place.path.as_str()) && dir_id(&place.path) == place.dir
     }
 }
 
@@ -93,14 +124,17 @@ pub(crate) enum Preparation {
     Busy,
     /// This component is instantiated at its call, always.
     Unsuitable,
+    /// Not this time: the guest I/O runtime was busy, or the cwd named
+    /// another directory during the preopen.
+    Skipped,
 }
 
 /// What becomes of a finished call's store.
 enum Teardown {
     /// Kept for [`Sandbox::reclaim`], which the next `prepare` runs beside
     /// the caller's child, off the caller's path: for an instance made
-    /// ahead (so the caller prepares), and for one with a cwd grant (never
-    /// made ahead, so this is its only way off the path).
+    /// ahead (so the caller prepares), and for one with a cwd grant (made
+    /// ahead only for the cwd of its last call).
     Retire,
     /// Dropped at the end of the call. Its instance was made at the call,
     /// so the caller is not (or not only) preparing instances ahead, and
@@ -324,11 +358,11 @@ impl Sandbox {
             guest.resolve(store, &call.wit).await
         };
         let result = match prepared {
-            Some(prepared) => self.run(component, name, prepared, resolve, trace).await,
             // It may touch files the model controls.
-            None if component.grants.cwd_read => {
-                self.resolve_on_io(component, name, call, trace).await
+            _ if component.grants.cwd_read => {
+                (self.resolve_on_io(component, name, call, prepared, trace)).await
             }
+            Some(prepared) => self.run(component, name, prepared, resolve, trace).await,
             None => {
                 self.call(
                     component,
@@ -346,13 +380,20 @@ impl Sandbox {
         })
     }
 
-    /// Instantiates `component` ahead of a call, if a pool slot is free now
-    /// and it instantiates cleanly within its limits.
-    pub(crate) async fn prepare(&self, component: &ContributorComponent) -> Preparation {
-        // Its WASI context depends on the execution (the cwd preopen).
-        if component.grants.cwd_read {
-            return Preparation::Unsuitable;
-        }
+    /// Instantiates `component` (whose calls `name` labels) ahead of a
+    /// call, if a pool slot is free now and it instantiates cleanly within
+    /// its limits; with a cwd grant, for `cwd` (none: never made ahead), its
+    /// preopen and instantiation on the guest I/O runtime (see [`GuestIo`]).
+    pub(crate) async fn prepare(
+        &self,
+        component: &ContributorComponent,
+        name: &str,
+        cwd: Option<&str>,
+    ) -> Preparation {
+        let cwd = match (component.grants.cwd_read, cwd) {
+            (true, None) => return Preparation::Unsuitable,
+            (granted, cwd) => cwd.filter(|_| granted),
+        };
         // Half the pool stays for calls, so instances made ahead can never
         // hold every slot while a call waits for one.
         if self.slots.available_permits() <= MAX_PREPARED {
@@ -366,21 +407,79 @@ impl Sandbox {
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
             return Preparation::Busy;
         };
-        let mut fresh = self.fresh_store(pre, component, component.origin(), Phase::Resolve, None);
-        let limits = &component.limits;
-        arm(&mut fresh.store, limits);
-        let instantiate = pre.instantiate_async(&mut fresh.store);
-        match within_host_deadline(limits, instantiate).await {
-            Ok(Ok(guest)) => Preparation::Ready(Prepared {
-                fresh,
-                guest,
-                slot,
-                tier,
-            }),
+        let mut fresh = self.fresh_store(pre, component, name, Phase::Resolve, None);
+        arm(&mut fresh.store, &component.limits);
+        let (fresh, guest, place) = match cwd {
+            Some(cwd) => match self.instantiate_in(pre, component, fresh, cwd).await {
+                Some((fresh, guest, place)) => (fresh, guest, Some(place)),
+                None => return Preparation::Skipped,
+            },
+            None => {
+                let instantiate = pre.instantiate_async(&mut fresh.store);
+                let made = within_host_deadline(&component.limits, instantiate).await;
+                (fresh, made.ok().and_then(Result::ok), None)
+            }
+        };
+        let Some(guest) = guest else {
             // The call will instantiate it again and name the failure.
+            self.retire(fresh.store, slot);
+            return Preparation::Unsuitable;
+        };
+        Preparation::Ready(Prepared {
+            fresh,
+            guest,
+            slot,
+            tier,
+            place,
+        })
+    }
+
+    /// `fresh` given `cwd` by `component`'s grant, and instantiated, on the guest I/O
+    /// runtime: the preopen opens a path the model chose, which may block.
+    /// `None` if that runtime is busy or gone, the path named another
+    /// directory after the preopen than before, or the deadline passed.
+    async fn instantiate_in(
+        &self,
+        pre: &Pre,
+        component: &ContributorComponent,
+        fresh: FreshStore,
+        cwd: &str,
+    ) -> Option<(FreshStore, Option<Guest>, Place)> {
+        let runtime = self.io.runtime.as_ref()?;
+        let io_call = Arc::clone(&self.io.calls).try_acquire_owned().ok()?;
+        let FreshStore {
+            mut store,
+            stdout,
+            stderr,
+        } = fresh;
+        let (pre, grants) = (pre.clone(), component.grants.clone());
+        let (path, out, err) = (cwd.to_string(), stdout.clone(), stderr.clone());
+        let task = runtime.spawn(async move {
+            // Made without the preopen on the caller's runtime; given it here.
+            let before = dir_id(&path);
+            store.data_mut().wasi = wasi_context(&grants, Some(&path), &out, &err);
+            let dir = dir_id(&path);
+            if dir != before {
+                return (store, None);
+            }
+            let _running = crate::epoch::guest_running();
+            let guest = pre.instantiate_async(&mut store).await.ok();
+            drop(io_call);
+            (store, Some((guest, Place { path, dir })))
+        });
+        let abort = task.abort_handle();
+        match tokio::time::timeout(host_deadline(&component.limits), task).await {
+            Ok(Ok((store, Some((guest, place))))) => {
+                let fresh = FreshStore {
+                    store,
+                    stdout,
+                    stderr,
+                };
+                Some((fresh, guest, place))
+            }
             _ => {
-                self.retire(fresh.store, slot);
-                Preparation::Unsuitable
+                abort.abort();
+                None
             }
         }
     }
@@ -401,7 +500,9 @@ impl Sandbox {
     }
 
     /// `resolve` for a contributor with a cwd grant, on the guest I/O
-    /// runtime (see [`GuestIo`]), at most `HostLimits::io_calls` at once.
+    /// runtime (see [`GuestIo`]), at most `HostLimits::io_calls` at once, in
+    /// `prepared` if given (made ahead for this call's cwd), else in an
+    /// instance made now.
     /// At the deadline the call is abandoned: its task, store and files are
     /// dropped there, and a thread stuck in the kernel stays stuck on that
     /// runtime, not on the caller's.
@@ -410,6 +511,7 @@ impl Sandbox {
         component: &ContributorComponent,
         name: &str,
         call: &Call<'_>,
+        prepared: Option<Prepared>,
         trace: Option<&mut CallTrace>,
     ) -> Result<Result<Vec<(String, String)>, String>, GuestFailure> {
         let limits = &component.limits;
@@ -419,32 +521,51 @@ impl Sandbox {
             ));
         };
         let pre = pre(component)?.clone();
-        let (stdout, stderr) = (
-            GuestOutput::new(limits.max_log_bytes),
-            GuestOutput::new(limits.max_log_bytes),
-        );
+        let (ahead, stdout, stderr) = match prepared {
+            Some(Prepared {
+                fresh, guest, slot, ..
+            }) => (Some((fresh.store, guest, slot)), fresh.stdout, fresh.stderr),
+            None => (
+                None,
+                GuestOutput::new(limits.max_log_bytes),
+                GuestOutput::new(limits.max_log_bytes),
+            ),
+        };
         let started = async {
             let io_call = Arc::clone(&self.io.calls)
                 .acquire_owned()
                 .await
                 .map_err(|e| GuestFailure::Instantiate(e.to_string()))?;
-            let slot = self.slot().await?;
-            let mut store = self.new_store(
-                pre.engine(),
-                component,
-                name,
-                Phase::Resolve,
-                Some(call.execution),
-                (&stdout, &stderr),
-            );
-            arm(&mut store, limits);
+            let (mut store, guest, slot) = match ahead {
+                Some((mut store, guest, slot)) => {
+                    // Fuel carries over from instantiation, as in `call`.
+                    arm_deadline(&mut store, limits);
+                    (store, Some(guest), slot)
+                }
+                None => {
+                    let slot = self.slot().await?;
+                    let mut store = self.new_store(
+                        pre.engine(),
+                        component,
+                        name,
+                        Phase::Resolve,
+                        call.execution.agent_cwd(),
+                        (&stdout, &stderr),
+                    );
+                    arm(&mut store, limits);
+                    (store, None, slot)
+                }
+            };
             let wit = call.wit.clone();
             let task = runtime.spawn(async move {
                 // In the task: an abandoned task's guest runs until its next
                 // tick, and needs the tick to stop.
                 let _running = crate::epoch::guest_running();
                 let outcome = async {
-                    let guest = (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?;
+                    let guest = match guest {
+                        Some(guest) => guest,
+                        None => (pre.instantiate_async(&mut store).await).map_err(|e| (e, true))?,
+                    };
                     (guest.resolve(&mut store, &wit).await).map_err(|e| (e, false))
                 }
                 .await;
@@ -501,7 +622,8 @@ impl Sandbox {
         let limits = &component.limits;
         let pre = pre(component)?;
         let slot = self.slot().await?;
-        let mut fresh = self.fresh_store(pre, component, name, phase, execution);
+        let cwd = execution.and_then(ToolExecution::agent_cwd);
+        let mut fresh = self.fresh_store(pre, component, name, phase, cwd);
         arm(&mut fresh.store, limits);
         let store = &mut fresh.store;
         let run = async {
@@ -525,7 +647,7 @@ impl Sandbox {
             mut fresh,
             guest,
             slot,
-            tier: _,
+            ..
         } = prepared;
         let limits = &component.limits;
         // Fuel carries over from instantiation, as in `call`; time starts now.
@@ -543,15 +665,15 @@ impl Sandbox {
         )
     }
 
-    /// A store for one instance of `component` (on `pre`'s engine), and
-    /// what its guest prints.
+    /// A store for one instance of `component` (on `pre`'s engine), given
+    /// `cwd` if granted, and what its guest prints.
     fn fresh_store(
         &self,
         pre: &Pre,
         component: &ContributorComponent,
         name: &str,
         phase: Phase,
-        execution: Option<&ToolExecution>,
+        cwd: Option<&str>,
     ) -> FreshStore {
         let limits = &component.limits;
         let (stdout, stderr) = (
@@ -563,7 +685,7 @@ impl Sandbox {
             component,
             name,
             phase,
-            execution,
+            cwd,
             (&stdout, &stderr),
         );
         FreshStore {
@@ -574,20 +696,20 @@ impl Sandbox {
     }
 
     /// A store on `engine` (its code's) for one instance of `component`:
-    /// its WASI context (with the
-    /// grants `execution` allows, printing into `stdout` and `stderr`), its
-    /// limiter, handle caps, hostcall budget and config.
+    /// its WASI context (with its grants, `cwd` the agent's, printing into
+    /// `stdout` and `stderr`), its limiter, handle caps, hostcall budget
+    /// and config.
     fn new_store(
         &self,
         engine: &Engine,
         component: &ContributorComponent,
         name: &str,
         phase: Phase,
-        execution: Option<&ToolExecution>,
+        cwd: Option<&str>,
         (stdout, stderr): (&GuestOutput, &GuestOutput),
     ) -> Store<GuestState> {
         let limits = &component.limits;
-        let wasi = wasi_context(&component.grants, execution, stdout, stderr);
+        let wasi = wasi_context(&component.grants, cwd, stdout, stderr);
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.max_handles);
         let mut store = Store::new(
@@ -680,6 +802,16 @@ impl Sandbox {
             drop(retired);
             drop(full);
         }
+    }
+
+    /// Drops `prepared` off the call's path, unused (it did not fit the
+    /// call, see [`Prepared::fits`]), with the directory it holds closed.
+    pub(crate) fn discard(&self, prepared: Prepared) {
+        let Prepared {
+            mut fresh, slot, ..
+        } = prepared;
+        release_host_resources(fresh.store.data_mut());
+        self.retire(fresh.store, slot);
     }
 
     /// Drops every finished store, freeing its pool slot.
