@@ -591,7 +591,7 @@ async fn clearing_leaves_an_empty_cache_that_works() {
 }
 
 /// Every compile a registry reports, in order, and the most that ran at
-/// once. A compile that starts waits (up to a minute) until `overlap`
+/// once. A compile that starts waits (up to 20 s) until `overlap`
 /// compiles have started, so that compiles allowed to run together are
 /// seen together however loaded the machine is; a serial compiler waits
 /// out the minute once per compile, and is seen alone.
@@ -614,8 +614,11 @@ impl dsh_env::CompileProgress for Compiles {
         *running += 1;
         *most = (*most).max(*running);
         self.started.notify_all();
-        let wait = std::time::Duration::from_secs(60);
-        drop(self.started.wait_timeout_while(counts, wait, |c| c.0 < self.overlap));
+        let wait = std::time::Duration::from_secs(20);
+        drop(
+            self.started
+                .wait_timeout_while(counts, wait, |c| c.0 < self.overlap),
+        );
     }
 
     fn finished(&self, origin: &str, _bytes: u64, _elapsed: std::time::Duration, ok: bool) {

@@ -225,13 +225,14 @@ async fn branch_in(
 ) -> (Option<String>, String) {
     let execution = agent_call_in(call, "s", cwd.to_str().unwrap());
     let collection = registry.collect(&execution, &CollectOptions::new()).await;
-    let branch = collection.unwrap().overlay.get("DSH_GIT_BRANCH");
+    let overlay = collection.unwrap().overlay;
+    let branch = overlay.get("DSH_GIT_BRANCH").map(str::to_string);
     let spans = recorder.named("contributor");
     let span = (spans.iter())
         .find(|span| span.field("call_id") == Some(call))
         .unwrap_or_else(|| panic!("no span for {call}: {spans:?}"));
     let instance = span.field("instance").unwrap_or("none").to_string();
-    (branch.map(str::to_string), instance)
+    (branch, instance)
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -291,7 +292,10 @@ async fn a_cwd_granted_contributor_is_made_ahead_for_the_cwd_of_its_last_call() 
         branch_in(&registry, &recorder, "c5", topic),
         branch_in(&registry, &recorder, "c6", main),
     );
-    assert_eq!((a.0.as_deref(), b.0.as_deref()), (Some("recreated"), Some("main")));
+    assert_eq!(
+        (a.0.as_deref(), b.0.as_deref()),
+        (Some("recreated"), Some("main"))
+    );
     let mut instances = [a.1, b.1];
     instances.sort();
     assert_eq!(instances, ["ahead", "at-call"]);

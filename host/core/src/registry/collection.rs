@@ -464,7 +464,11 @@ impl Registry {
                     let tier =
                         (prepared.as_ref().map(Prepared::tier)).or_else(|| wasm.component.tier());
                     span.record("tier", tier.map(CodeTier::as_str));
-                    let made = if prepared.is_some() { "ahead" } else { "at-call" };
+                    let made = if prepared.is_some() {
+                        "ahead"
+                    } else {
+                        "at-call"
+                    };
                     span.record("instance", made);
                 }
                 let call = call.get_or_insert_with(|| Call::new(execution));
