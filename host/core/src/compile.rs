@@ -190,8 +190,8 @@ pub(crate) struct Compiler {
     /// One held while the helper runs a compile a load waits for: up to
     /// [`MAX_COMPILES_AT_ONCE`], one per core. wasmtime compiles a
     /// component's functions on every core already; compiles at once
-    /// overlap the helper's serial parts (start, parsing, writing), which
-    /// is most of a small guest's compile (docs/compiling.md).
+    /// overlap the helpers' serial parts (start, parsing, writing): the
+    /// examples' first run took about 0.78 of the time (docs/compiling.md).
     turns: Turns,
     /// The same for background compiles, which must not make a load wait.
     one_in_background: Mutex<()>,
