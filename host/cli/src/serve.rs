@@ -126,16 +126,17 @@ impl RpcError {
         Self::new(APPLICATION_ERROR, err.to_string())
     }
 
-    /// A host error as this protocol has it, from its code (one table): an
-    /// invalid argument is invalid params, a blocking hook -32001, and
-    /// everything else an application error; what it names is `data`.
+    /// A host error as this protocol has it, from its code (the one table,
+    /// every code named: a new one must be placed): an invalid argument is
+    /// invalid params, a blocking hook -32001, and everything else an
+    /// application error; what it names is `data`.
     fn from_host(err: HostError) -> Self {
+        use HostErrorCode::*;
         let (code, message) = match err.code {
-            HostErrorCode::InvalidArgument => {
-                (INVALID_PARAMS, format!("invalid params: {}", err.message))
-            }
-            HostErrorCode::HookBlocked => (HOOK_BLOCKED, err.message),
-            _ => (APPLICATION_ERROR, err.message),
+            InvalidArgument => (INVALID_PARAMS, format!("invalid params: {}", err.message)),
+            HookBlocked => (HOOK_BLOCKED, err.message),
+            Manifest | Load | Contributor | Declaration | Changed | Signature | Exec | Runtime
+            | Home | Disposed | TimedOut => (APPLICATION_ERROR, err.message),
         };
         RpcError {
             code,

@@ -4,6 +4,11 @@
 //! The model is pluggable; [`ScriptedModel`] replays a script, so the whole
 //! loop runs (and is tested) with no API key. The executor is too: the bash
 //! tool and the hooks run their commands with the same [`ShellExecutor`].
+//!
+//! Each tool call is the bash tool's host's ([`BashTool::run`], over
+//! [`crate::host::Host::run_bash`]): one collect, the `PreToolUse` hooks,
+//! the command, the `PostToolUse` hooks. The loop words the outcome for the
+//! model and keeps the hooks' runs in its log.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -11,10 +16,13 @@ use std::future::Future;
 use serde_json::{Value, json};
 
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, LocalExecutor, ShellExecutor};
-use crate::hooks::{HookContext, HookDecision, HookEvent, HookRun, HookVerdict, Hooks};
+use crate::hooks::{
+    HookBlocked, HookContext, HookDecision, HookEvent, HookRun, HookVerdict, Hooks,
+};
 use crate::session::{Event, Session, SessionError, SessionStore};
-use crate::tool::{BASH_TOOL_NAME, BashOutcome, BashTool, BashToolError, call_mode};
-use dsh_env::CollectOptions;
+use crate::tool::{
+    BASH_TOOL_NAME, BashOutcome, BashTool, BashToolError, Called, model_text, refused,
+};
 use dsh_env::ToolExecution;
 
 pub use crate::hooks::HOOK_TOOL_NAME;
@@ -112,13 +120,12 @@ pub struct CallRecord {
     pub hooks: Vec<HookRun>,
 }
 
-/// One agent: its session, model `M`, tool, hooks and store; the tool and
-/// the hooks run commands with `E`.
+/// One agent: its session, model `M`, tool (with the hooks) and store; the
+/// tool and the hooks run commands with `E`.
 pub struct AgentLoop<M, E = LocalExecutor> {
     session: Session,
     model: M,
     tool: BashTool<E>,
-    hooks: Hooks<E>,
     store: SessionStore,
     calls: u64,
     background: Vec<(String, BackgroundHandle)>,
@@ -126,8 +133,9 @@ pub struct AgentLoop<M, E = LocalExecutor> {
     pub hook_log: Vec<HookRun>,
 }
 
-impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
-    /// An agent for `session`. Nothing is written until the first turn ends.
+impl<M: Model, E: ShellExecutor + Clone> AgentLoop<M, E> {
+    /// An agent for `session`, its tool's calls run with `hooks`. Nothing is
+    /// written until the first turn ends.
     pub fn new(
         session: Session,
         model: M,
@@ -138,8 +146,7 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
         AgentLoop {
             session,
             model,
-            tool,
-            hooks,
+            tool: tool.with_hooks(hooks),
             store,
             calls: 0,
             background: Vec::new(),
@@ -226,63 +233,36 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let context = HookContext::of_session(&self.session);
-        // One collect for the call: its hooks and its command see the same
-        // overlay, and each contributor runs once.
-        let execution = ToolExecution::new(&call_id, &call.name)
-            .with_agent(self.session.agent())
-            .with_mode(call_mode(&call.arguments));
-        let collected = self
-            .tool
-            .registry()
-            .collect(&execution, &CollectOptions::new())
-            .await
-            .map(|c| c.overlay);
-        let pre = HookEvent::PreToolUse {
-            tool_name: HOOK_TOOL_NAME.into(),
-            tool_input: call.arguments.clone(),
-            tool_use_id: call_id.clone(),
-        };
-        let mut hooks = match &collected {
-            Ok(overlay) => self.hooks.run(&pre, &context, overlay).await,
-            Err(err) => self.hooks.not_run(&pre, &err.to_string()),
-        };
-        let verdict = HookVerdict::of(&hooks);
-        let (mut output, is_error) = if verdict.blocks() {
-            (verdict.blocked_text(), true)
-        } else if call.name != BASH_TOOL_NAME {
-            (format!("unknown tool `{}`", call.name), true)
-        } else {
-            match &collected {
-                Ok(overlay) => {
-                    let called = (self.tool)
-                        .call_with(&execution, &call.arguments, overlay.clone())
-                        .await;
-                    self.bash_result(&call_id, called)
+        let execution = ToolExecution::new(&call_id, &call.name).with_agent(self.session.agent());
+        let ran = (self.tool)
+            .run(&execution, &call.name, &call.arguments)
+            .await;
+        let (output, is_error, hooks) = match ran {
+            Ok(outcome) => {
+                let runs = outcome.notes.map(|notes| notes.runs).unwrap_or_default();
+                let (text, is_error) = self.bash_result(&call_id, outcome.output);
+                (with_hook_context(text, &runs), is_error, runs)
+            }
+            Err(err) => match err.into_source::<HookBlocked>() {
+                Ok(HookBlocked(verdict, runs)) => (verdict.blocked_text(), true, runs),
+                // No overlay (a contributor failed): no hook ran, nor the
+                // command.
+                Err(err) => {
+                    let why = err.message.clone();
+                    let text = match call.name.as_str() {
+                        BASH_TOOL_NAME => refused(err).to_string(),
+                        other => BashToolError::UnknownTool(other.into()).to_string(),
+                    };
+                    let (pre, post) = tool_events(&call_id, &call.arguments, &text);
+                    let hooks = self.tool.host().hooks().map_or_else(Vec::new, |hooks| {
+                        let mut runs = hooks.not_run(&pre, &why);
+                        runs.extend(hooks.not_run(&post, &why));
+                        runs
+                    });
+                    (text, true, hooks)
                 }
-                Err(err) => (BashToolError::from(err.clone()).to_string(), true),
-            }
+            },
         };
-        if !verdict.blocks() {
-            let post = HookEvent::PostToolUse {
-                tool_name: HOOK_TOOL_NAME.into(),
-                tool_input: call.arguments.clone(),
-                tool_use_id: call_id.clone(),
-                tool_response: json!({"output": output, "is_error": is_error}),
-            };
-            let post_runs = match &collected {
-                Ok(overlay) => self.hooks.run(&post, &context, overlay).await,
-                Err(err) => self.hooks.not_run(&post, &err.to_string()),
-            };
-            // The tool has run: a PostToolUse block is feedback for the model.
-            let post_verdict = HookVerdict::of(&post_runs);
-            add_context(&mut output, &verdict.additional_context);
-            if post_verdict.decision == Some(HookDecision::Deny) {
-                add_context(&mut output, &post_verdict.reasons);
-            }
-            add_context(&mut output, &post_verdict.additional_context);
-            hooks.extend(post_runs);
-        }
         self.hook_log.extend(hooks.iter().cloned());
         self.session.events.push(Event::ToolResult {
             call_id: call_id.clone(),
@@ -301,45 +281,57 @@ impl<M: Model, E: ShellExecutor> AgentLoop<M, E> {
     /// The hooks of `event` (not a tool call's), with one overlay collected
     /// for `execution`.
     async fn run_hooks(&self, event: &HookEvent, execution: &ToolExecution) -> Vec<HookRun> {
+        let Some(hooks) = self.tool.host().hooks() else {
+            return Vec::new();
+        };
         let context = HookContext::of_session(&self.session);
-        let collected = (self.tool.registry())
-            .collect(execution, &CollectOptions::new())
-            .await
-            .map(|c| c.overlay);
-        match collected {
-            Ok(overlay) => self.hooks.run(event, &context, &overlay).await,
-            Err(err) => self.hooks.not_run(event, &err.to_string()),
+        match self.tool.host().collect(execution).await {
+            Ok(collection) => hooks.run(event, &context, &collection.overlay).await,
+            Err(err) => hooks.not_run(event, &err.message),
         }
     }
 
-    /// What a bash call gives the model, and whether it failed.
-    fn bash_result(
-        &mut self,
-        call_id: &str,
-        called: Result<BashOutcome, BashToolError>,
-    ) -> (String, bool) {
-        match called {
-            Ok(BashOutcome::Finished(output)) => {
-                let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-                text.push_str(&String::from_utf8_lossy(&output.stderr));
-                let failed = output.exit_code != Some(0);
-                if failed {
-                    text.push_str(&match output.exit_code {
-                        Some(code) => format!("\n[exit code {code}]"),
-                        None if output.timed_out => "\n[timed out]".to_string(),
-                        None => "\n[killed]".to_string(),
-                    });
-                }
-                (text, failed)
-            }
-            Ok(BashOutcome::Started(handle)) => {
-                let started = format!("started in the background (pid {:?})", handle.pid);
-                self.background.push((call_id.to_string(), handle));
-                (started, false)
-            }
-            Err(err) => (err.to_string(), true),
+    /// What a bash call gives the model, and whether it failed; a command
+    /// started in the background is kept, to wait for.
+    fn bash_result(&mut self, call_id: &str, called: Called) -> (String, bool) {
+        let text = model_text(&called);
+        if let Ok(BashOutcome::Started(handle)) = called {
+            self.background.push((call_id.to_string(), handle));
         }
+        text
     }
+}
+
+/// A tool call's `PreToolUse` and `PostToolUse` events, the latter with
+/// `output` as an error.
+fn tool_events(call_id: &str, arguments: &Value, output: &str) -> (HookEvent, HookEvent) {
+    let pre = HookEvent::PreToolUse {
+        tool_name: HOOK_TOOL_NAME.into(),
+        tool_input: arguments.clone(),
+        tool_use_id: call_id.into(),
+    };
+    let post = HookEvent::PostToolUse {
+        tool_name: HOOK_TOOL_NAME.into(),
+        tool_input: arguments.clone(),
+        tool_use_id: call_id.into(),
+        tool_response: json!({"output": output, "is_error": true}),
+    };
+    (pre, post)
+}
+
+/// `text` with what the hooks of a call that ran said for the model: the
+/// `PreToolUse` hooks' context, the `PostToolUse` hooks' blocking reasons
+/// (feedback: the tool has run), then their context.
+fn with_hook_context(mut text: String, runs: &[HookRun]) -> String {
+    let (pre, post): (Vec<HookRun>, Vec<HookRun>) =
+        (runs.iter().cloned()).partition(|run| run.event == "PreToolUse");
+    let (pre, post) = (HookVerdict::of(&pre), HookVerdict::of(&post));
+    add_context(&mut text, &pre.additional_context);
+    if post.decision == Some(HookDecision::Deny) {
+        add_context(&mut text, &post.reasons);
+    }
+    add_context(&mut text, &post.additional_context);
+    text
 }
 
 /// Appends hook text for the model to a tool result, one `[hook]` line each.

@@ -137,15 +137,19 @@ impl ShellExecRequest {
     }
 
     /// [`ShellExecRequest::new`] for the call `execution`: in its agent's
-    /// cwd, or this process's when the call has no agent.
+    /// cwd; when the call has none, in `default_workdir`, else in this
+    /// process's.
     pub fn for_execution(
         command: impl Into<String>,
         execution: &dsh_env::ToolExecution,
         dsh_env: Overlay,
+        default_workdir: Option<PathBuf>,
     ) -> std::io::Result<Self> {
-        let workdir = match execution.agent.as_ref().and_then(|a| a.cwd.as_ref()) {
-            Some(cwd) => PathBuf::from(cwd),
-            None => std::env::current_dir()?,
+        let agent_cwd = execution.agent.as_ref().and_then(|a| a.cwd.as_ref());
+        let workdir = match (agent_cwd, default_workdir) {
+            (Some(cwd), _) => PathBuf::from(cwd),
+            (None, Some(dir)) => dir,
+            (None, None) => std::env::current_dir()?,
         };
         Ok(Self::new(command, workdir, dsh_env))
     }

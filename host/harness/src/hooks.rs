@@ -226,8 +226,9 @@ impl HookContext {
 /// The tool name hooks see for a bash command, as in Claude Code and Codex.
 pub const HOOK_TOOL_NAME: &str = "Bash";
 
-/// One bash command run outside the agent loop (`dsh-env run`, `serve`'s
-/// `exec`, the Node addon's `exec`), as its hooks see it.
+/// One bash command run by [`crate::host::Host::run_bash`] (`dsh-env run`, `serve`'s
+/// `exec`, the Node addon's `exec`, the agent loop's bash tool), as its hooks
+/// see it.
 #[derive(Debug, Clone)]
 pub struct BashCall {
     /// Whose call, and where.
@@ -274,13 +275,18 @@ pub struct HookNotes {
     /// The reasons of `PostToolUse` hooks that blocked: feedback, as the
     /// command has run.
     pub feedback: Vec<String>,
+    /// Every hook run, the `PreToolUse` ones first, for a caller that keeps
+    /// a log of them (the agent loop); not part of a result.
+    #[serde(skip)]
+    pub runs: Vec<HookRun>,
 }
 
 /// A `PreToolUse` verdict that kept a command from running: deny, or ask
-/// (there is no one to ask). Its message is one line, hook text escaped.
+/// (there is no one to ask), and the hook runs it comes from. Its message
+/// is one line, hook text escaped.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{}", .0.blocked_line())]
-pub struct HookBlocked(pub HookVerdict);
+pub struct HookBlocked(pub HookVerdict, pub Vec<HookRun>);
 
 /// Required: events written at the top level, without `hooks` around
 /// them, would otherwise be no hooks at all, in silence. Every object of
@@ -734,13 +740,15 @@ impl<E: ShellExecutor> Hooks<E> {
             tool_input: call.tool_input.clone(),
             tool_use_id: call.tool_use_id.clone(),
         };
-        let verdict = HookVerdict::of(&self.run(&event, &call.context, overlay).await);
+        let runs = self.run(&event, &call.context, overlay).await;
+        let verdict = HookVerdict::of(&runs);
         if verdict.blocks() {
-            return Err(HookBlocked(verdict));
+            return Err(HookBlocked(verdict, runs));
         }
         Ok(HookNotes {
             context: verdict.additional_context,
             feedback: Vec::new(),
+            runs,
         })
     }
 
@@ -760,11 +768,13 @@ impl<E: ShellExecutor> Hooks<E> {
             tool_use_id: call.tool_use_id.clone(),
             tool_response,
         };
-        let verdict = HookVerdict::of(&self.run(&event, &call.context, overlay).await);
+        let runs = self.run(&event, &call.context, overlay).await;
+        let verdict = HookVerdict::of(&runs);
         if verdict.decision == Some(HookDecision::Deny) {
             notes.feedback.extend(verdict.reasons);
         }
         notes.context.extend(verdict.additional_context);
+        notes.runs.extend(runs);
     }
 
     /// Runs every hook matching `event`, concurrently (an identical command

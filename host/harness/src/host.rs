@@ -179,6 +179,18 @@ impl HostError {
     pub fn source_as<E: std::error::Error + 'static>(&self) -> Option<&E> {
         self.source.as_deref()?.downcast_ref::<E>()
     }
+
+    /// The error it comes from, if it is an `E`; else the error itself.
+    pub fn into_source<E: std::error::Error + 'static>(mut self) -> Result<E, HostError> {
+        match self.source.take().map(|source| source.downcast::<E>()) {
+            Some(Ok(source)) => Ok(*source),
+            Some(Err(source)) => {
+                self.source = Some(source);
+                Err(self)
+            }
+            None => Err(self),
+        }
+    }
 }
 
 impl From<RegistryError> for HostError {
@@ -421,6 +433,14 @@ pub struct BashRequest {
     pub permission_mode: Option<PermissionMode>,
     /// Started in the background: the execution's mode is `background`.
     pub background: bool,
+    /// What the hooks see as `tool_input` when the front end has the tool's
+    /// own arguments (the agent loop: the model's); without it, `command`,
+    /// `timeout` and `run_in_background`, as Claude Code's Bash tool has it.
+    pub tool_input: Option<Value>,
+    /// Where the command and its hooks run when the execution's agent has
+    /// no cwd (the bash tool's default directory); without it, this
+    /// process's working directory.
+    pub default_workdir: Option<PathBuf>,
 }
 
 impl BashRequest {
@@ -434,6 +454,8 @@ impl BashRequest {
             timeout: None,
             permission_mode: None,
             background: false,
+            tool_input: None,
+            default_workdir: None,
         }
     }
 }
@@ -517,6 +539,22 @@ pub struct Registered {
     pub keys: Vec<DshKey>,
 }
 
+/// When a host makes the next call's instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Preparation {
+    /// Only when [`Host::prepare_next`] is called (a command that makes one
+    /// call).
+    Asked,
+    /// Also once each bash call's overlay is collected, on the runtime
+    /// (`serve`, the Node addon).
+    Spawned,
+    /// Beside each bash call's command, in the call's own task, so that it
+    /// is done when the call returns (the harness's own bash tool: a
+    /// separate task can still be running when the next call starts;
+    /// BENCHMARKS.md).
+    BesideCommand,
+}
+
 /// The background preparation: whether one runs, and whether a call asked
 /// for another while it ran.
 #[derive(Default)]
@@ -538,7 +576,7 @@ pub struct Host<E = LocalExecutor> {
     hooks: Mutex<Option<Arc<Hooks<E>>>>,
     hooks_executor: E,
     host_env: HostEnv,
-    prepare_ahead: bool,
+    preparation: Preparation,
     preparing: Arc<Mutex<Preparing>>,
     spawner: Option<tokio::runtime::Handle>,
 }
@@ -590,7 +628,11 @@ impl Host {
             hooks: Mutex::new(hooks.map(Arc::new)),
             hooks_executor: LocalExecutor,
             host_env: config.host_env,
-            prepare_ahead: config.prepare_ahead,
+            preparation: if config.prepare_ahead {
+                Preparation::Spawned
+            } else {
+                Preparation::Asked
+            },
             preparing: Arc::default(),
             spawner: config.spawner,
         })
@@ -598,6 +640,26 @@ impl Host {
 }
 
 impl<E: ShellExecutor + Clone> Host<E> {
+    /// A host over `registry`, which its caller built and registers
+    /// contributors in (the harness's own bash tool and agent loop): with
+    /// `hooks` around its bash calls, `executor` to run hooks set later,
+    /// the default environment policy, and the next call's instances made
+    /// beside each command.
+    pub fn over(registry: Registry, hooks: Option<Hooks<E>>, executor: E) -> Self {
+        Host {
+            registry,
+            registrations: Mutex::default(),
+            environment: EnvironmentPolicy::default(),
+            home_origin: "the registry's".to_string(),
+            hooks: Mutex::new(hooks.map(Arc::new)),
+            hooks_executor: executor,
+            host_env: HostEnv::default(),
+            preparation: Preparation::BesideCommand,
+            preparing: Arc::default(),
+            spawner: None,
+        }
+    }
+
     /// The same host, its hooks run by `executor` instead.
     pub fn with_hooks_executor<F: ShellExecutor + Clone>(self, executor: F) -> Host<F> {
         let hooks = lock(&self.hooks).take();
@@ -613,7 +675,7 @@ impl<E: ShellExecutor + Clone> Host<E> {
             hooks: Mutex::new(hooks),
             hooks_executor: executor,
             host_env: self.host_env,
-            prepare_ahead: self.prepare_ahead,
+            preparation: self.preparation,
             preparing: self.preparing,
             spawner: self.spawner,
         }
@@ -696,35 +758,52 @@ impl<E: ShellExecutor + Clone> Host<E> {
         };
         let execution = call.execution.with_mode(mode);
         let collection = self.collect(&execution).await?;
-        if self.prepare_ahead {
+        if self.preparation == Preparation::Spawned {
             self.prepare_next();
         }
+        let mut request = ShellExecRequest::for_execution(
+            call.command,
+            &execution,
+            collection.overlay.clone(),
+            call.default_workdir,
+        )
+        .map_err(io_failure)?;
         let hooks = self.hooks();
         let around = match &hooks {
             Some(hooks) => {
                 let shown_timeout = call.timeout.filter(|_| !call.background);
-                let bash = BashCall::new(
+                let mut bash = BashCall::new(
                     &execution,
-                    &call.command,
+                    &request.command,
                     shown_timeout,
                     call.permission_mode,
                 )
                 .map_err(io_failure)?;
+                // The hooks run where the command does.
+                bash.context.cwd = request.workdir.display().to_string();
+                if let Some(input) = call.tool_input {
+                    bash.tool_input = input;
+                }
                 let notes = hooks.before_bash(&bash, &collection.overlay).await?;
                 Some((hooks, bash, notes))
             }
             None => None,
         };
-        let mut request =
-            ShellExecRequest::for_execution(call.command, &execution, collection.overlay.clone())
-                .map_err(io_failure)?;
         request.env = call.env;
         request.environment = self.environment.clone();
         request.stdin = call.stdin;
         if let Some(timeout) = call.timeout {
             request.timeout = timeout;
         }
-        let ran = runner.run(request, mode).await?;
+        let ran = if self.preparation == Preparation::BesideCommand {
+            // Biased: `run` is polled first and spawns the child; the work
+            // `collect` left for later then runs while it starts.
+            let (ran, ()) =
+                tokio::join!(biased; runner.run(request, mode), self.registry.prepare());
+            ran?
+        } else {
+            runner.run(request, mode).await?
+        };
         let notes = match around {
             Some((hooks, bash, mut notes)) => {
                 let overlay: &Overlay = &collection.overlay;

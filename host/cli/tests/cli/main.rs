@@ -297,6 +297,7 @@ mod cache;
 mod check;
 mod completions;
 mod demo;
+mod doors;
 mod explain;
 mod harness;
 mod interface;
