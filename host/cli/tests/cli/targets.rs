@@ -308,7 +308,14 @@ fn the_arm64_addon_collects_from_arm64_node_through_its_packed_package() {
         })
     );
 
-    // Installed from the tarballs alone, as npm on arm64 would.
+    // Installed from the tarballs alone by npm on arm64: the system's npm,
+    // run by the arm64 Node.js, so that npm checks `os`/`cpu`/`libc`
+    // against arm64.
+    let npm_cli = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|dir| dir.join("npm"))
+        .find(|npm| npm.is_file())
+        .and_then(|npm| npm.canonicalize().ok())
+        .expect("npm on PATH");
     let project = dir.path().join("project");
     std::fs::create_dir(&project).unwrap();
     std::fs::write(
@@ -316,7 +323,10 @@ fn the_arm64_addon_collects_from_arm64_node_through_its_packed_package() {
         "{ \"name\": \"consumer\", \"private\": true }\n",
     )
     .unwrap();
-    let installed = Command::new("npm")
+    let mut installing = Command::new(run_arm64());
+    installing
+        .arg(&node)
+        .arg(npm_cli)
         .args([
             "install",
             "--offline",
@@ -324,12 +334,10 @@ fn the_arm64_addon_collects_from_arm64_node_through_its_packed_package() {
             "--no-fund",
             "--loglevel=error",
         ])
-        .args(["--os=linux", "--cpu=arm64", "--libc=glibc"])
         .args(tarballs.iter().map(|t| packed.join(t)))
         .current_dir(&project)
-        .envs(npm_env)
-        .output()
-        .unwrap();
+        .envs(npm_env);
+    let installed = output_bounded(installing, Stdio::null(), None, EMULATED);
     succeeded("npm install", &installed);
     let platform = project.join("node_modules/@dsh-env/node-linux-arm64-gnu");
     assert_eq!(
