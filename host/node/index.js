@@ -27,7 +27,7 @@ function loadBinding() {
     main = require.resolve(pkg);
   } catch (error) {
     if (error?.code !== 'MODULE_NOT_FOUND') throw error;
-    throw new Error(`@dsh-env/node: no addon for ${triple}: its package ${pkg} is not installed (built here: linux-x64-gnu only)`);
+    throw new Error(`@dsh-env/node: no addon for ${triple}: its package ${pkg} is not installed (published: linux-x64-gnu, linux-arm64-gnu)`);
   }
   return { binding: require(main), dir: dirname(main) };
 }

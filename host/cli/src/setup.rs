@@ -18,9 +18,6 @@ use crate::failure::{CliResult, Failure};
 use crate::home::{cache_max_bytes, home_setting};
 use crate::manifests::{self, Approval, Considered, Found, ManifestHooks};
 
-/// This process's own executable image (Linux), started as its compile helper.
-const OWN_IMAGE: &str = "/proc/self/exe";
-
 /// A host opened from the command line, and every manifest considered for
 /// it (for `explain`).
 pub(crate) struct Opened {
@@ -130,11 +127,14 @@ pub(crate) fn registry_config(
     home_flag: Option<&str>,
     tiering: Tiering,
 ) -> CliResult<RegistryConfig> {
-    // /proc/self/exe, not the path: it is this very image even after an
-    // upgrade replaced the file, so its engine always matches this process's.
+    // Its own image (`/proc/self/exe` on Linux), not its path: that stays
+    // this very image even after an upgrade replaced the file, so its engine
+    // always matches this process's. Where it cannot tell, the library looks
+    // beside the executable and on PATH.
     let compiler = std::env::var_os(compile::HELPER_ENV)
         .is_none_or(|v| v.is_empty())
-        .then(|| PathBuf::from(OWN_IMAGE));
+        .then(dsh_env::os::own_image)
+        .and_then(Result::ok);
     // A cold cache can take seconds per component: say which, on a terminal.
     let compile_progress = progress::TerminalProgress::for_stderr()
         .map(|progress| progress as Arc<dyn dsh_env::CompileProgress>);

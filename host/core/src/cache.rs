@@ -610,14 +610,7 @@ fn file_name(path: &Path) -> &str {
 /// burst). Read back at first use, the file comes in as the pages guests touch.
 /// Advice only: when it fails, nothing else changes.
 fn evict_from_page_cache(path: &Path) {
-    #[cfg(target_os = "linux")]
-    if let Ok(file) = fs::File::open(path) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: `posix_fadvise` reads no memory; the descriptor is open.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = path;
+    crate::os::drop_cached_pages(path);
 }
 
 /// The seal at `path`, read through one descriptor that also tells its

@@ -369,18 +369,11 @@ impl Compiler {
         if urgency == Urgency::Background {
             command.arg("--nice").arg("19");
         }
-        // SAFETY: prctl is async-signal-safe, and touches no memory.
-        unsafe {
-            // The helper dies with the thread that waits for it, so a host
-            // that exits mid-compile (a tier-up cut short) leaves no
-            // compiler running on.
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The helper dies with the thread that waits for it, so a host
+        // that exits mid-compile (a tier-up cut short) leaves no compiler
+        // running on.
+        // SAFETY: `die_with_parent` is async-signal-safe.
+        unsafe { command.pre_exec(crate::os::die_with_parent) };
         let mut child = command
             .arg("--memory-bytes")
             .arg(bounds.memory_bytes.to_string())

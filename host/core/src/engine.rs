@@ -169,7 +169,7 @@ pub const PAGEMAP_RESET: bool = cfg!(dsh_env_fixed_pagemap);
 /// with the fixed reset ([`PAGEMAP_RESET`]); otherwise a freed slot is
 /// unmapped (`madvise(DONTNEED)`), which is safe under any wasmtime.
 pub fn resets_in_place() -> bool {
-    PAGEMAP_RESET && PoolingAllocationConfig::is_pagemap_scan_available()
+    PAGEMAP_RESET && crate::os::pagemap_scan_available()
 }
 
 /// The layout of the artifact cache's entries; part of the engine tag, so

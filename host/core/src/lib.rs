@@ -27,6 +27,7 @@ mod execution;
 mod guest_output;
 mod home;
 mod limits;
+pub mod os;
 mod overlay;
 mod signature;
 // Configuration.

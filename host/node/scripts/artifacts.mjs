@@ -4,8 +4,9 @@
 //
 //   node scripts/artifacts.mjs <addon.node|libdsh_env_node.so> <dsh-env-compile> [<package dir>]
 //
-// The package dir defaults to npm/linux-x64-gnu, the one target built here.
-import { chmodSync, copyFileSync } from 'node:fs';
+// The package dir defaults to npm/linux-x64-gnu, the host's; the addon is
+// named as the package's `main` says (dsh-env.<platform>.node).
+import { chmodSync, copyFileSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -15,7 +16,8 @@ if (!addon || !helper) {
   console.error('usage: node scripts/artifacts.mjs <addon> <dsh-env-compile> [<package dir>]');
   process.exit(2);
 }
-copyFileSync(addon, join(dir, 'dsh-env.linux-x64-gnu.node'));
+const { main } = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
+copyFileSync(addon, join(dir, main));
 copyFileSync(helper, join(dir, 'dsh-env-compile'));
 chmodSync(join(dir, 'dsh-env-compile'), 0o755);
 console.log(`artifacts: ${addon} and ${helper} into ${dir}`);

@@ -11,28 +11,37 @@ fn unpacked_name(archive: &Path) -> String {
     file.strip_suffix(".tar.gz").unwrap().to_string()
 }
 
+/// The host's target triple, which names its archive.
+pub(super) const HOST_TARGET: &str = "x86_64-unknown-linux-gnu";
+
 /// `scripts/release-archive BINARY OUT` under `umask`, with no
-/// `$SOURCE_DATE_EPOCH`: the archive's path.
-fn pack(umask: &str, out: &Path) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/release-archive");
-    let packed = Command::new("sh")
+/// `$SOURCE_DATE_EPOCH`, `binary` run by `runner` if given: the archive's path.
+fn pack(binary: &Path, runner: Option<&Path>, umask: &str, out: &Path) -> PathBuf {
+    let script = repository().join("scripts/release-archive");
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
         .arg(script)
-        .arg(BINARY)
+        .arg(binary)
         .arg(out)
         .env_remove("SOURCE_DATE_EPOCH")
-        .output()
-        .unwrap();
+        .env_remove("TARGET");
+    match runner {
+        Some(runner) => command.env("RUNNER", runner),
+        None => command.env_remove("RUNNER"),
+    };
+    let packed = command.output().unwrap();
     assert!(packed.status.success(), "{}", stderr(&packed));
     PathBuf::from(stdout(&packed).trim())
 }
 
-#[test]
-fn the_release_archive_is_the_same_bytes_whatever_the_umask_with_no_writable_entries() {
-    let work = tempfile::tempdir().unwrap();
-    let open = std::fs::read(pack("000", &work.path().join("open"))).unwrap();
-    let usual = pack("022", &work.path().join("usual"));
+/// Packs `binary` (run by `runner`, if given) under umask 000 and 022, in
+/// `work`, asserts the same bytes with normalised entries, and returns the
+/// archive.
+pub(super) fn packs_reproducibly(binary: &Path, runner: Option<&Path>, work: &Path) -> PathBuf {
+    let open = std::fs::read(pack(binary, runner, "000", &work.join("open"))).unwrap();
+    let usual = pack(binary, runner, "022", &work.join("usual"));
     assert!(
         open == std::fs::read(&usual).unwrap(),
         "umask 000 and 022 pack different bytes"
@@ -59,15 +68,31 @@ fn the_release_archive_is_the_same_bytes_whatever_the_umask_with_no_writable_ent
         assert_eq!(owner, "0/0", "{line}");
         assert_eq!(date, "1970-01-01", "{line}");
     }
+    usual
+}
+
+#[test]
+fn the_release_archive_is_the_same_bytes_whatever_the_umask_with_no_writable_entries() {
+    let work = tempfile::tempdir().unwrap();
+    packs_reproducibly(Path::new(BINARY), None, work.path());
 }
 
 #[test]
 fn the_release_archive_runs_unpacked_in_an_empty_directory() {
     let work = tempfile::tempdir().unwrap();
-    let archive = pack("022", &work.path().join("out"));
-    let name = unpacked_name(&archive);
+    let archive = pack(Path::new(BINARY), None, "022", &work.path().join("out"));
+    runs_unpacked(&archive, HOST_TARGET, None, BOUND);
+}
+
+/// Unpacks `archive` (for `target`) into an empty prefix, as its README
+/// says, and uses it from there as a user does: a fresh `HOME`, only the
+/// prefix's `bin` and the system's directories on `PATH`; its `bin/dsh-env`
+/// run by `runner`, if given, each command within `bound`.
+pub(super) fn runs_unpacked(archive: &Path, target: &str, runner: Option<&Path>, bound: Duration) {
+    let work = tempfile::tempdir().unwrap();
+    let name = unpacked_name(archive);
     let version = concat!("dsh-env-", env!("CARGO_PKG_VERSION"), "-");
-    assert!(name.starts_with(version), "{name}");
+    assert_eq!(name, format!("{version}{target}"));
 
     // Unpacked as its README says, into an empty prefix.
     let prefix = work.path().join("prefix");
@@ -87,7 +112,7 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
     assert_eq!(bin, ["dsh-env"], "one executable, its own compile helper");
     for (file, marker) in [
         ("LICENSE", "Apache License"),
-        ("README.md", "dsh-env"),
+        ("README.md", target),
         ("share/bash-completion/completions/dsh-env", "_dsh__env()"),
         ("share/zsh/site-functions/_dsh-env", "#compdef dsh-env"),
         (
@@ -127,14 +152,21 @@ fn the_release_archive_runs_unpacked_in_an_empty_directory() {
         prefix.join("bin").display()
     );
     let user = |args: &[&str]| {
-        let mut command = Command::new("dsh-env");
+        let mut command = match runner {
+            Some(runner) => {
+                let mut command = Command::new(runner);
+                command.arg(prefix.join("bin/dsh-env"));
+                command
+            }
+            None => Command::new("dsh-env"),
+        };
         command
             .args(args)
             .env_clear()
             .env("HOME", &home)
             .env("PATH", &path)
             .current_dir(&project);
-        let output = output_within(command, Stdio::null(), None);
+        let output = output_bounded(command, Stdio::null(), None, bound);
         assert!(output.status.success(), "{args:?}: {}", stderr(&output));
         stdout(&output)
     };

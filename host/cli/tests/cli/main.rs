@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use dsh_env_artifacts::minisign::SigningKey;
-use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE, GIT_CONTEXT, PUPPET, SESSION_URL};
+use dsh_env_artifacts::{
+    AGENT_LINEAGE, CALL_CONTEXT, CALL_TRACE, GIT_CONTEXT, PUPPET, SESSION_URL, WORKSPACE_ID,
+};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_dsh-env");
 
@@ -144,7 +146,18 @@ impl Fixture {
 /// Runs `command` to its end with `stdin` (and `input` written to it, if
 /// given), capturing its output; kills it and fails the test if it takes
 /// longer than [`BOUND`].
-fn output_within(mut command: Command, stdin: Stdio, input: Option<Vec<u8>>) -> Output {
+fn output_within(command: Command, stdin: Stdio, input: Option<Vec<u8>>) -> Output {
+    output_bounded(command, stdin, input, BOUND)
+}
+
+/// [`output_within`] with another bound than [`BOUND`] (for a binary under
+/// emulation: a hang guard, not a measure).
+fn output_bounded(
+    mut command: Command,
+    stdin: Stdio,
+    input: Option<Vec<u8>>,
+    bound: Duration,
+) -> Output {
     let stdin = if input.is_some() {
         Stdio::piped()
     } else {
@@ -166,12 +179,12 @@ fn output_within(mut command: Command, stdin: Stdio, input: Option<Vec<u8>>) -> 
     let pid = child.id() as i32;
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || sender.send(child.wait_with_output()));
-    match receiver.recv_timeout(BOUND) {
+    match receiver.recv_timeout(bound) {
         Ok(output) => output.unwrap(),
         Err(_) => {
             // SAFETY: kill(2) on our own child's pid; it reads no memory.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("{command:?} did not finish within {BOUND:?}");
+            panic!("{command:?} did not finish within {bound:?}");
         }
     }
 }
@@ -312,5 +325,6 @@ mod resolve;
 mod run;
 mod serve;
 mod store;
+mod targets;
 mod traces;
 mod trust;

@@ -250,37 +250,11 @@ fn open_nonblocking(dir: &std::fs::File, path: &str, follow: bool) -> std::io::R
     if kind.is_dir() {
         return Ok(Opened::Dir(file));
     }
-    if !kind.is_file() || on_pseudo_filesystem(&file)? {
+    if !kind.is_file() || crate::os::on_pseudo_filesystem(&file)? {
         return Err(std::io::Error::from_raw_os_error(libc::EACCES));
     }
     clear_nonblocking(&file)?;
     Ok(Opened::File(file))
-}
-
-/// Whether `file` lives on a kernel pseudo-filesystem, whose "regular"
-/// files may block a read (`/proc/kmsg`) or never end.
-fn on_pseudo_filesystem(file: &std::fs::File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    const PSEUDO: [i64; 7] = [
-        0x9fa0,      // proc
-        0x6265_6572, // sysfs
-        0x6462_6720, // debugfs
-        0x7472_6163, // tracefs
-        0x7363_6673, // securityfs
-        0x6367_7270, // cgroup2
-        0x0027_e0eb, // cgroup
-    ];
-    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: fstatfs writes a statfs into the buffer we pass, for an fd we own.
-    if unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fstatfs returned 0, so it filled the buffer.
-    let stat = unsafe { stat.assume_init() };
-    // `f_type`'s integer type differs between libcs and targets.
-    #[allow(clippy::unnecessary_cast)]
-    let kind = stat.f_type as i64;
-    Ok(PSEUDO.contains(&kind))
 }
 
 /// Makes reads of a regular file ordinary again (O_NONBLOCK was only for
