@@ -11,10 +11,10 @@ use serde::Deserialize;
 // Re-exported here, where the bash tool first made it generic.
 pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
-use dsh_env::__internal::escape_controls;
 use dsh_env::CollectOptions;
 use dsh_env::{ContributorError, Registry};
 use dsh_env::{Mode, Overlay, ToolExecution};
+use dsh_env_support::input::escape_controls;
 
 /// The tool's name.
 pub const BASH_TOOL_NAME: &str = "bash";

@@ -406,7 +406,7 @@ fn capped_registry(home: &std::path::Path, max_bytes: u64) -> Registry {
 
 /// The SHA-256 of the component at `path`.
 fn digest(path: &str) -> String {
-    dsh_env::__internal::sha256_hex(&std::fs::read(path).unwrap())
+    dsh_env_support::digest::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// The content digests of the cache's entries that hold an artifact.
