@@ -15,14 +15,15 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text};
-use dsh_env::__internal::{OCI_SCHEME, atomic_file};
 use dsh_env::ReadProblem;
 use dsh_env::{
-    ContributorComponent, ContributorEntry, CwdGrant, GrantsEntry, HostEnv, Manifest, OciReference,
-    RawDeclaration, Registry, Store,
+    ContributorComponent, ContributorEntry, CwdGrant, GrantsEntry, HostEnv, Manifest,
+    RawDeclaration, Registry,
 };
 use dsh_env::{LoadFrom, LoadOptions};
+use dsh_env_store::{BlobStore, OCI_SCHEME, OciReference};
+use dsh_env_support::atomic_file;
+use dsh_env_support::input::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text};
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, value};
 
 use crate::failure::{CliResult, Failure, with_remedy};
@@ -120,7 +121,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
     manifest.trust().map_err(Failure::config)?;
 
     let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
-    let store = Store::in_home(&home);
+    let store = BlobStore::in_home(home.path());
     let oci = (args.source.to_str()).filter(|text| text.starts_with(OCI_SCHEME));
     // A pull is held in memory, reviewed from there, and stored only once
     // accepted: a refused artifact leaves nothing in the store.

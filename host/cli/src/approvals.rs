@@ -15,10 +15,10 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use dsh_env::__internal::{
-    MAX_MANIFEST_BYTES, atomic_file, escape_controls, read_regular_text, sha256_hex,
-};
 use dsh_env::{DshHome, Manifest, NamedFile};
+use dsh_env_support::atomic_file;
+use dsh_env_support::digest::sha256_hex;
+use dsh_env_support::input::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text};
 use serde::{Deserialize, Serialize};
 
 use crate::failure::{CliResult, Failure};

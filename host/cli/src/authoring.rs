@@ -6,9 +6,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::atomic_file;
-use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env_authoring::Contract;
+use dsh_env_support::atomic_file;
+use dsh_env_support::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 
 use crate::failure::{CliResult, Failure};
 

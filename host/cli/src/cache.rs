@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{ArtifactCache, CacheKey, DshHome};
 use dsh_env::{CacheError, CachedEntry, Eviction};
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{MAX_MIB, home_cache, mib, resolve_home};

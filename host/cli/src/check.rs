@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::__internal::default_signature_path;
-use dsh_env::__internal::read_signature;
-use dsh_env::__internal::sha256_hex;
-use dsh_env::__internal::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use dsh_env::{Agent, Collection, ContributorComponent, Registry, ToolExecution};
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
+use dsh_env::{default_signature_path, read_signature};
+use dsh_env_support::digest::sha256_hex;
+use dsh_env_support::input::{MAX_COMPONENT_BYTES, escape_controls, read_regular_file};
 use serde_json::json;
 
 use crate::failure::{CliResult, Failure};

@@ -13,9 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::{
-    MAX_MANIFEST_BYTES, atomic_file, escape_controls, read_regular_text, sha256_hex,
-};
+use dsh_env_support::atomic_file;
+use dsh_env_support::digest::sha256_hex;
+use dsh_env_support::input::{MAX_MANIFEST_BYTES, escape_controls, read_regular_text};
 use serde_json::{Value, json};
 
 use crate::failure::{CliResult, Failure};

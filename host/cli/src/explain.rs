@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{Absence, OnError};
 use dsh_env_harness::host::Explanation;
+use dsh_env_support::input::escape_controls;
 use serde_json::json;
 
 use crate::failure::CliResult;

@@ -5,8 +5,9 @@
 
 use std::error::Error;
 
-use dsh_env::{LoadErrorKind, RegistryError, SpecError, StoreError, StoreProblem};
+use dsh_env::{LoadErrorKind, RegistryError, SpecError};
 use dsh_env_harness::host::{HostError, HostErrorCode, Stage};
+use dsh_env_store::{StoreError, StoreProblem};
 
 /// Exit code of a usage or configuration error.
 const CONFIG: u8 = 2;

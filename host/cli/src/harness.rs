@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{EnvironmentPolicy, ExecutionJsonError, Overlay, ToolExecution};
+use dsh_env_support::input::escape_controls;
 use serde_json::json;
 
 use crate::manifests::shell_quoted;

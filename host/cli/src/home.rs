@@ -3,10 +3,9 @@
 
 use std::path::Path;
 
-use dsh_env::__internal::DEFAULT_MAX_BYTES;
-use dsh_env::__internal::escape_controls;
 use dsh_env::{ArtifactCache, CacheKey, DshHome, HomeSetting, Manifest};
 use dsh_env_harness::host::RegistryConfig;
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::{CliResult, Failure};
 
@@ -46,7 +45,7 @@ pub(crate) fn home_setting(flag: Option<&str>) -> Option<HomeSetting> {
 /// not a number), else the default.
 pub(crate) fn cache_max_bytes() -> CliResult<u64> {
     match std::env::var(MAX_MIB_VAR) {
-        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_MAX_BYTES),
+        Err(std::env::VarError::NotPresent) => Ok(ArtifactCache::DEFAULT_MAX_BYTES),
         Ok(text) => Ok(mib(text
             .trim()
             .parse()

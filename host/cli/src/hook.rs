@@ -18,8 +18,8 @@
 
 use std::process::ExitCode;
 
-use dsh_env::__internal::{MAX_HOOKS_BYTES, escape_controls, read_capped, utf8};
 use dsh_env::ToolExecution;
+use dsh_env_support::input::{MAX_HOOKS_BYTES, escape_controls, read_capped, utf8};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 

@@ -8,8 +8,8 @@
 
 use std::process::ExitCode;
 
-use dsh_env::__internal::{escape_controls, read_capped, utf8};
 use dsh_env_oci::Credential;
+use dsh_env_support::input::{escape_controls, read_capped, utf8};
 
 use crate::failure::{CliResult, Failure};
 use crate::network::NetworkArgs;

@@ -41,7 +41,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use dsh_env::__internal::{compile, escape_controls};
+use dsh_env::compile_helper;
+use dsh_env_support::input::escape_controls;
 
 use failure::{CliResult, Failure};
 use setup::Setup;
@@ -216,7 +217,7 @@ fn long_version() -> String {
 /// started as `dsh-env-compile`, it is the compile helper instead.
 fn main() -> ExitCode {
     if invoked_as_compile_helper() {
-        return dsh_env::__internal::helper_main();
+        return compile_helper::helper_main();
     }
     let parsed = Cli::command()
         // Once per process: clap keeps a &'static str.
@@ -283,9 +284,9 @@ fn default_sigpipe() {
 /// helper so, and the CLI names itself as its helper (`setup::registry_config`),
 /// so that installing the CLI installs one binary.
 fn invoked_as_compile_helper() -> bool {
-    std::env::args_os()
-        .next()
-        .is_some_and(|arg0| Path::new(&arg0).file_name() == Some(OsStr::new(compile::HELPER)))
+    std::env::args_os().next().is_some_and(|arg0| {
+        Path::new(&arg0).file_name() == Some(OsStr::new(compile_helper::HELPER))
+    })
 }
 
 fn invoked_as_run() -> bool {

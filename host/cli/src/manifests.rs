@@ -13,8 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{DshHome, HooksSetting, Manifest};
+use dsh_env_support::input::escape_controls;
 
 use crate::approvals::{self, shown as shown_path};
 use crate::failure::{CliResult, Failure};

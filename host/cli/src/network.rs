@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use dsh_env::OciReference;
 use dsh_env_oci::AuthFiles;
 use dsh_env_oci::auth::HELPER_TIMEOUT;
+use dsh_env_store::OciReference;
 
 use crate::failure::{CliResult, Failure};
 

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::DshKey;
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::{CliResult, Failure};
 

@@ -13,11 +13,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
-use dsh_env::{
-    ContributorSource, ContributorSpec, HostEnv, OciReference, Registry, Store, Tiering,
-};
+use dsh_env::{ContributorSource, ContributorSpec, HostEnv, Registry, Tiering};
 use dsh_env::{LoadFrom, LoadOptions};
+use dsh_env_store::{BlobStore, OciReference};
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::{CliResult, Failure, with_remedy};
 use crate::home::resolve_home;
@@ -69,7 +68,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
         .specs(&HostEnv::from_process())
         .map_err(|e| Failure::config_error(&e))?;
     let home = resolve_home(args.home.as_deref(), Some(&manifest))?;
-    let store = Store::in_home(&home);
+    let store = BlobStore::in_home(home.path());
     let tiering = if args.optimize {
         Tiering::Optimized
     } else {
@@ -141,7 +140,7 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
 /// `optimize`, a present one is loaded too, which compiles it into the cache.
 async fn pull_one(
     registry: &Registry,
-    store: &Store,
+    store: &BlobStore,
     spec: &ContributorSpec,
     network: &NetworkArgs,
     optimize: bool,

@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::__internal::OCI_SCHEME;
-use dsh_env::__internal::escape_controls;
-use dsh_env::__internal::not_a_component_reason;
-use dsh_env::__internal::{MAX_COMPONENT_BYTES, read_regular_file, read_regular_text};
-use dsh_env::OciReference;
 use dsh_env::ReadProblem;
+use dsh_env::not_a_component_reason;
 use dsh_env_oci::{Artifact, ComponentWorld, DescribeError, Description};
+use dsh_env_store::{OCI_SCHEME, OciReference};
+use dsh_env_support::input::{
+    MAX_COMPONENT_BYTES, escape_controls, read_regular_file, read_regular_text,
+};
 
 use crate::failure::{CliResult, Failure};
 use crate::network::NetworkArgs;

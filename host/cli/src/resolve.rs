@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::CliResult;
 use crate::output::print_json;

@@ -20,12 +20,12 @@ use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::Mode;
 use dsh_env_harness::executor::shell_command;
 use dsh_env_harness::hooks::PermissionMode;
 use dsh_env_harness::host::{BashRequest, BashRunner, HostError, HostErrorCode, Ran};
 use dsh_env_harness::{ExecError, ShellExecRequest};
+use dsh_env_support::input::escape_controls;
 use serde_json::json;
 
 use crate::failure::{CliResult, Failure, TIMED_OUT};

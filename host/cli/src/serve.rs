@@ -30,13 +30,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::EnvChanges;
-use dsh_env::__internal::{escape_controls, unknown_key};
 use dsh_env::{Collection, ContributorEntry, Culprit, HostEnv, ToolExecution, supported_contracts};
 use dsh_env_harness::hooks::PermissionMode;
 use dsh_env_harness::host::{
     BashRequest, Captured, HooksSource, Host, HostError, HostErrorCode, Registered,
 };
 use dsh_env_harness::{LocalExecutor, TimeoutUnit, checked_timeout};
+use dsh_env_support::input::{escape_controls, unknown_key};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::value::RawValue;

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use dsh_env::__internal::{
-    MAX_EXECUTION_BYTES, compile, escape_controls, read_capped, read_regular_text, utf8,
-};
+use dsh_env::compile_helper;
 use dsh_env::{DshHome, Manifest, Registry, Tiering, ToolExecution, Trust};
 use dsh_env_harness::host::{HooksSource, Host, HostConfig, RegistryConfig};
+use dsh_env_support::input::{
+    MAX_EXECUTION_BYTES, escape_controls, read_capped, read_regular_text, utf8,
+};
 
 use crate::failure::{CliResult, Failure};
 use crate::home::{cache_max_bytes, home_setting};
@@ -131,7 +132,7 @@ pub(crate) fn registry_config(
     // this very image even after an upgrade replaced the file, so its engine
     // always matches this process's. Where it cannot tell, the library looks
     // beside the executable and on PATH.
-    let compiler = std::env::var_os(compile::HELPER_ENV)
+    let compiler = std::env::var_os(compile_helper::HELPER_ENV)
         .is_none_or(|v| v.is_empty())
         .then(dsh_env::os::own_image)
         .and_then(Result::ok);

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dsh_env::__internal::escape_controls;
-use dsh_env::{Keep, Sweep};
-use dsh_env::{Manifest, OciReference, Store};
+use dsh_env::Manifest;
+use dsh_env_store::{BlobStore, Keep, OciReference, Sweep};
+use dsh_env_support::input::escape_controls;
 
 use crate::failure::{CliResult, Failure, with_remedy};
 use crate::home::resolve_home;
@@ -42,7 +42,7 @@ pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
         .map(|path| Manifest::from_file(path).map_err(|e| Failure::config_error(&e)))
         .collect::<CliResult<Vec<_>>>()?;
     let home = resolve_home(home.as_deref(), manifests.first())?;
-    let store = Store::in_home(&home);
+    let store = BlobStore::in_home(home.path());
     let pinned: Vec<OciReference> = (manifests.iter())
         .flat_map(|manifest| &manifest.contributors)
         .filter_map(|entry| entry.source.as_deref())
@@ -59,7 +59,7 @@ pub(crate) fn run(Args { home, action }: Args) -> CliResult<ExitCode> {
 }
 
 /// One line a blob removed, then the totals.
-fn print_sweep(store: &Store, sweep: &Sweep) {
+fn print_sweep(store: &BlobStore, sweep: &Sweep) {
     for blob in &sweep.removed {
         println!("removed {}  {}", blob.name, size(blob.bytes));
     }

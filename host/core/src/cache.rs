@@ -38,7 +38,7 @@
 //! mapped artifact does not change under a running guest.
 //!
 //! The directory has a size cap ([`ArtifactCache::with_max_bytes`], default
-//! [`DEFAULT_MAX_BYTES`]); see [`evict`] for how entries are used and evicted.
+//! [`ArtifactCache::DEFAULT_MAX_BYTES`]); see [`evict`] for how entries are used and evicted.
 //!
 //! An artifact is native code the host maps and runs, so the directory must
 //! be writable by this user alone: it is created with mode 0700, and one (or
@@ -62,22 +62,18 @@ use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use crate::atomic_file;
 use crate::compile::{Bounds, CompileError, limit_field};
 use crate::declaration::RawDeclaration;
-use crate::digest::{self, hex, sha256_hex};
 use crate::engine::engine_tag;
-use crate::input::escape_controls;
 use crate::load_error::LoadErrorKind;
+use dsh_env_support::atomic_file;
+use dsh_env_support::digest::{self, hex, sha256_hex};
+use dsh_env_support::input::escape_controls;
 
 use evict::is_digest;
 pub use evict::{CacheError, CachedEntry, Eviction};
 pub use key::CacheKey;
 use key::Secret;
-
-/// The default size cap of a cache directory: room for a dozen Python or
-/// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
-pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
 
 /// A directory of precompiled component artifacts.
 #[derive(Debug, Clone)]
@@ -156,6 +152,10 @@ struct Failure {
 }
 
 impl ArtifactCache {
+    /// The default size cap of a cache directory: room for a dozen Python or
+    /// JavaScript contributors (about 40 MB each) and hundreds of Rust or C ones.
+    pub const DEFAULT_MAX_BYTES: u64 = 512 << 20;
+
     /// A cache kept in `dir` (created, mode 0700, on first use), its records
     /// authenticated with the key of the home it is in, `dir`'s parent: a
     /// home the embedder trusts (else see [`Self::with_key`]).
@@ -169,7 +169,7 @@ impl ArtifactCache {
             dir,
             usable: Arc::default(),
             secret: Arc::default(),
-            max_bytes: DEFAULT_MAX_BYTES,
+            max_bytes: Self::DEFAULT_MAX_BYTES,
             held: Arc::default(),
         }
     }
@@ -255,8 +255,11 @@ impl ArtifactCache {
         {
             return Ok(loaded);
         }
-        let bytes = crate::input::read_regular_file(path, crate::input::MAX_COMPONENT_BYTES)
-            .map_err(|e| LoadErrorKind::Read(e.problem.into()))?;
+        let bytes = dsh_env_support::input::read_regular_file(
+            path,
+            dsh_env_support::input::MAX_COMPONENT_BYTES,
+        )
+        .map_err(|e| LoadErrorKind::Read(e.problem.into()))?;
         let loaded = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
@@ -579,7 +582,7 @@ impl ArtifactCache {
     /// that file name (see [`key`]).
     fn read_record(&self, path: &Path) -> Option<Vec<u8>> {
         let secret = self.usable()?;
-        let record = crate::input::read_regular_file(path, MAX_RECORD_BYTES).ok()?;
+        let record = dsh_env_support::input::read_regular_file(path, MAX_RECORD_BYTES).ok()?;
         secret.open(file_name(path), &record).map(<[u8]>::to_vec)
     }
 

@@ -24,9 +24,9 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::input::{escape_controls, is_executable};
 use crate::limits::Limits;
 use crate::load_error::LoadErrorKind;
+use dsh_env_support::input::{escape_controls, is_executable};
 
 /// The helper's file name, and the argv[0] it is always started with.
 pub const HELPER: &str = "dsh-env-compile";
@@ -402,7 +402,7 @@ impl Compiler {
             pipe_thread(scope, move || {
                 // A helper that died early closes the pipe: nothing to do,
                 // and no SIGPIPE for the process (`block_sigpipe`).
-                crate::input::block_sigpipe();
+                dsh_env_support::input::block_sigpipe();
                 if let Some(mut stdin) = stdin {
                     let _ = stdin.write_all(bytes);
                 }

@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::input::{
-    control_character, describe_control, describe_hidden, escape_controls, hidden_character,
-};
 use crate::keys::{BUILTIN_OWNER, DshKey, KeyError};
 use crate::limits::{Limits, MAX_DESCRIPTION_BYTES, MAX_NAME_BYTES};
+use dsh_env_support::input::{
+    control_character, describe_control, describe_hidden, escape_controls, hidden_character,
+};
 
 /// A declaration as a contributor gave it, not yet checked.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -46,7 +46,7 @@ pub enum DeclarationProblem {
     NameTooLong(usize),
     /// The name holds a character that could hide or reorder text on a
     /// terminal: a control or format character, a line or paragraph
-    /// separator (see [`crate::input::hidden_from_review`]).
+    /// separator (see [`dsh_env_support::input::hidden_from_review`]).
     #[error("the name holds {}", describe_hidden(*.0))]
     NameControl(char),
     /// The name is dsh-env's own, the owner shown for the built-in keys.
@@ -218,7 +218,7 @@ pub enum OutputProblem {
     #[error("returned key `{}` twice", escape_controls(.0))]
     DuplicateKey(String),
     /// A value with a control character (any but TAB; see
-    /// [`crate::input::control_character`]): it could forge an output line
+    /// [`dsh_env_support::input::control_character`]): it could forge an output line
     /// or cut an environment string.
     #[error("value of `{}` holds control character {}", escape_controls(.key), describe_control(*.character))]
     ControlInValue {

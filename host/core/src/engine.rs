@@ -9,11 +9,11 @@ use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
 };
 
-use crate::digest::hex;
 use crate::limits::{
     MAX_CORE_INSTANCES, MAX_LIVE_INSTANCES, MAX_MEMORIES, MAX_MEMORY_BYTES, MAX_TABLE_ELEMENTS,
     MAX_TABLES, MAX_WASM_STACK,
 };
+use dsh_env_support::digest::hex;
 
 /// The wasmtime release this host runs guests on (the workspace pins it
 /// exactly, `=48.0.8`; a test checks this against Cargo.lock).

@@ -17,9 +17,9 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::input::escape_controls;
 use crate::keys::is_managed_name;
 use crate::overlay::Overlay;
+use dsh_env_support::input::escape_controls;
 
 /// Settings that keep model-driven shells plain: no colour, no pager.
 pub const TERMINAL_SETTINGS: [(&str, &str); 4] = [

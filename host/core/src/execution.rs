@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::de::IgnoredAny;
 
-use crate::input::{control_character, describe_control, escape_controls};
+use dsh_env_support::input::{control_character, describe_control, escape_controls};
 
 /// Whether the caller waits for the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

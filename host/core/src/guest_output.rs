@@ -13,7 +13,7 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-use crate::input::push_escaped;
+use dsh_env_support::input::push_escaped;
 
 /// Bytes at the end of a stream kept as its last words (at most the log cap):
 /// room for a panic message or a traceback's last lines.
@@ -169,7 +169,7 @@ impl AsyncWrite for GuestOutput {
 
 /// Removes ANSI escape sequences and every control character but newline and
 /// tab; escapes the other characters the display rule names (format
-/// characters, line and paragraph separators: see [`crate::input::hidden_from_review`]).
+/// characters, line and paragraph separators: see [`dsh_env_support::input::hidden_from_review`]).
 pub(crate) fn strip_controls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();

@@ -2,7 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::input::{control_character, describe_control, escape_controls};
+use dsh_env_support::input::{control_character, describe_control, escape_controls};
 
 /// One explicitly supplied home, with where it came from (for errors).
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub enum HomeError {
     #[error("home {0} is not valid UTF-8")]
     NotUtf8(String),
     /// The resolved path holds a control character, which `DSH_HOME` may
-    /// not (the value rule of [`crate::input::control_character`]).
+    /// not (the value rule of [`dsh_env_support::input::control_character`]).
     #[error("home {} holds control character {}", escape_controls(.path), describe_control(*.character))]
     ControlCharacter {
         /// The path.

@@ -15,10 +15,8 @@
 // The modules are private and listed bottom to top: each imports only from
 // those above it in this list. The public API is the flat re-export below.
 
-// Support: no wasmtime, no rules of their own.
-mod atomic_file;
-mod digest;
-mod input;
+// Support: no wasmtime, no rules of their own (input, digest and
+// atomic_file are `dsh-env-support`'s, shared with the store).
 mod keys;
 // Rules without wasmtime.
 mod declaration;
@@ -30,10 +28,9 @@ mod limits;
 pub mod os;
 mod overlay;
 mod signature;
-// Configuration.
+// Configuration (the store of pulled artifacts is `dsh-env-store`).
 mod manifest;
 mod spec;
-mod store;
 // The engine.
 mod engine;
 mod epoch;
@@ -56,6 +53,13 @@ pub use culprit::Culprit;
 pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
+/// The store's types this crate's own API names (`ContributorSource::Oci`,
+/// `SpecError::Source`, `LoadErrorKind::Store`, `LoadFrom::Pulled`); the
+/// store itself (`BlobStore`, its gc) is `dsh-env-store`.
+pub use dsh_env_store::{
+    ImageManifestError, OciReference, ReferenceError, StoreProblem, StoredArtifact,
+};
+pub use dsh_env_support::input::{FileError, ReadProblem};
 pub use engine::{
     Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place,
 };
@@ -65,7 +69,6 @@ pub use environment::{
 };
 pub use execution::{Agent, ExecutionJsonError, Mode, ToolExecution};
 pub use home::{DshHome, HomeContext, HomeError, HomeSetting};
-pub use input::{FileError, ReadProblem};
 pub use keys::{BUILTIN_OWNER, DSH_ENV_PREFIX, DshKey, KeyError, RESERVED_KEYS};
 pub use limits::{HostLimits, Limits, Phase};
 pub use load_error::{LoadError, LoadErrorKind};
@@ -87,41 +90,35 @@ pub use spec::{
     ContributorEntry, ContributorSource, ContributorSpec, CwdGrant, Grants, GrantsEntry, HostEnv,
     LimitsEntry, OnError, SpecError,
 };
-pub use store::{
-    Keep, ManifestProblem, OciReference, ReferenceError, Store, StoreError, StoreProblem,
-    StoredArtifact, Sweep, SweptBlob,
-};
 
-/// What the sibling crates (harness, CLI, Node addon, OCI client, tests)
-/// share with this one but users should not build on: input helpers, the
-/// engine's ceilings, the store's wire format. No stability promise.
+pub use sandbox::not_a_component_reason;
+pub use signature::read_signature;
+pub use spec::default_signature_path;
+
+/// The compile helper, the child process that compiles untrusted components
+/// under limits. A program that serves as its own helper (the `dsh-env`
+/// CLI, an embedder's binary) runs [`helper_main`](compile_helper::helper_main)
+/// when started as [`HELPER`](compile_helper::HELPER).
+pub mod compile_helper {
+    pub use crate::compile::{HELPER, HELPER_ENV, helper_main};
+}
+
+/// Ceilings inside the engine that the black-box tests (`tests/`) check
+/// from outside. Not API: each may change with the engine. Every front end
+/// uses the public API, the store (`dsh-env-store`) or the shared helpers
+/// (`dsh-env-support`) instead.
 #[doc(hidden)]
 pub mod __internal {
-    /// Whole-file writes, synced before the rename.
-    pub mod atomic_file {
-        pub use crate::atomic_file::write;
-    }
-    pub use crate::cache::DEFAULT_MAX_BYTES;
-    pub use crate::compile::helper_main;
-    /// The compile helper's name and the variable that overrides its path.
-    pub mod compile {
-        pub use crate::compile::{HELPER, HELPER_ENV, MAX_COMPILES_AT_ONCE};
-    }
-    pub use crate::digest::{Mismatch, is_sha256_hex, sha256_hex, verify as verify_sha256};
-    pub use crate::epoch::EPOCH_TICK;
+    // How many compiles a load runs at once, sized by the cores; a test counts them.
+    pub use crate::compile::MAX_COMPILES_AT_ONCE;
+    // The execution parser's field names, private to it; its fuzz test feeds each.
     pub use crate::execution::KNOWN_FIELDS;
-    pub use crate::input::{
-        MAX_COMPONENT_BYTES, MAX_EXECUTION_BYTES, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES,
-        MAX_SESSION_BYTES, block_sigpipe, escape_controls, hidden_from_review, is_executable,
-        read_capped, read_regular_file, read_regular_text, unknown_key, utf8,
-    };
-    pub use crate::limits::{MAX_LIVE_INSTANCES, MAX_MEMORIES};
-    pub use crate::sandbox::{MAX_OPENING_THREADS, MAX_PREPARED, not_a_component_reason};
-    pub use crate::signature::read_signature;
-    pub use crate::spec::default_signature_path;
-    pub use crate::store::{
-        MAX_INDEX_BYTES, MAX_LAYER_BYTES, MAX_OCI_MANIFEST_BYTES, OCI_INDEX_MEDIA_TYPE,
-        OCI_MANIFEST_MEDIA_TYPE, OCI_SCHEME, REF_NAME_ANNOTATION, SIGNATURE_ANNOTATION,
-        WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host, layout_name,
-    };
+    // The pool's instance ceiling, not a setting (so not in `HostLimits`); a test fills it.
+    pub use crate::limits::MAX_LIVE_INSTANCES;
+    // The pool's memories per instance, not a setting; a test grows past it.
+    pub use crate::limits::MAX_MEMORIES;
+    // The sandbox's component-opening threads, sized by it; a test exhausts them.
+    pub use crate::sandbox::MAX_OPENING_THREADS;
+    // The sandbox's instances made ahead, sized by it; a test exhausts them.
+    pub use crate::sandbox::MAX_PREPARED;
 }

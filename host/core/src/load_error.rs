@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::input::{ReadProblem, escape_controls};
-use crate::store::StoreProblem;
+use dsh_env_store::StoreProblem;
+use dsh_env_support::input::{ReadProblem, escape_controls};
 
 /// A component that could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -121,7 +121,7 @@ impl Loader {
                     let compile = compile_for(optimized, Urgency::Background);
                     let tier_up = self.tier_up(kept, loaded.content.clone(), bounds, compile);
                     // Its warning names the component, as a load error does.
-                    let origin = crate::input::escape_controls(origin).into_owned();
+                    let origin = dsh_env_support::input::escape_controls(origin).into_owned();
                     Box::new(move || tier_up().map_err(|e| format!("{origin}: {e}"))) as Open
                 });
                 (
@@ -262,7 +262,7 @@ enum Kept {
 fn changed(path: &std::path::Path, was: &str, now: &str) -> String {
     format!(
         "{} changed since it was loaded: its SHA-256 was {was}, now {now}",
-        crate::input::escape_controls(&path.display().to_string()),
+        dsh_env_support::input::escape_controls(&path.display().to_string()),
     )
 }
 

@@ -37,11 +37,11 @@ use serde::Deserialize;
 
 use crate::environment::{EnvironmentPolicy, Inherit, PolicyError};
 use crate::home::HomeSetting;
-use crate::input::{
-    FileError, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES, escape_controls, read_regular_text,
-};
 use crate::signature::{SignatureError, Trust};
 use crate::spec::{ContributorEntry, ContributorSpec, HostEnv, SpecError};
+use dsh_env_support::input::{
+    FileError, MAX_HOOKS_BYTES, MAX_MANIFEST_BYTES, escape_controls, read_regular_text,
+};
 
 /// A parsed manifest.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -9,7 +9,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use minisign_verify::{PublicKey, Signature};
 
-use crate::input::{ReadProblem, escape_controls, read_regular_text};
+use dsh_env_support::input::{ReadProblem, escape_controls, read_regular_text};
 
 /// The largest signature file read: a minisign signature is about 300 bytes,
 /// plus its trusted comment.

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::digest::sha256_hex;
-use crate::input::escape_controls;
 use crate::keys::is_managed_name;
 use crate::limits::Limits;
-use crate::store::{OciReference, ReferenceError};
+use dsh_env_store::{OciReference, ReferenceError};
+use dsh_env_support::digest::sha256_hex;
+use dsh_env_support::input::escape_controls;
 
 /// What happens to an execution when a contributor fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]

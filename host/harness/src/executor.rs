@@ -10,9 +10,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dsh_env::__internal::is_executable;
 use dsh_env::Overlay;
 use dsh_env::{EnvError, EnvironmentPolicy, child_environment};
+use dsh_env_support::input::is_executable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;

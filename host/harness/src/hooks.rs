@@ -51,8 +51,8 @@ use crate::executor::{
     LocalExecutor, ShellExecRequest, ShellExecutor, TimeoutError, TimeoutUnit, checked_timeout,
 };
 use crate::session::Session;
-use dsh_env::__internal::{escape_controls, unknown_key};
 use dsh_env::{Agent, Mode, Overlay, ToolExecution};
+use dsh_env_support::input::{escape_controls, unknown_key};
 
 /// Whose payload shape to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -573,7 +573,7 @@ impl Hooks {
             message,
         };
         // The file's cap, for a document handed over directly too.
-        let cap = dsh_env::__internal::MAX_HOOKS_BYTES;
+        let cap = dsh_env_support::input::MAX_HOOKS_BYTES;
         if u64::try_from(text.len()).unwrap_or(u64::MAX) > cap {
             return Err(error(format!(
                 "{} bytes, over the limit of {cap}",
@@ -650,12 +650,14 @@ impl Hooks {
     /// Reads and parses a hooks.json file.
     pub fn from_file(path: &Path, dialect: HookDialect) -> Result<Self, HooksError> {
         // The model can run commands: the file may have become a FIFO.
-        let text =
-            dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_HOOKS_BYTES)
-                .map_err(|e| HooksError {
-                    path: path.display().to_string(),
-                    message: e.problem.to_string(),
-                })?;
+        let text = dsh_env_support::input::read_regular_text(
+            path,
+            dsh_env_support::input::MAX_HOOKS_BYTES,
+        )
+        .map_err(|e| HooksError {
+            path: path.display().to_string(),
+            message: e.problem.to_string(),
+        })?;
         Self::parse(&text, &path.display().to_string(), dialect)
     }
 

@@ -18,7 +18,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{
     Absence, ArtifactCache, CacheKey, CompileProgress, ContributorError, ContributorListing,
     ContributorSpec, Culprit, DshHome, DshKey, EnvironmentPolicy, HomeContext, HomeError,
@@ -26,6 +25,7 @@ use dsh_env::{
     Registration, Registry, RegistryError, Runtime, RuntimeError, Tiering, ToolExecution, Trust,
 };
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
+use dsh_env_support::input::escape_controls;
 use serde_json::Value;
 
 use crate::executor::{ExecError, LocalExecutor, ShellExecRequest, ShellExecutor};

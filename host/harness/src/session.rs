@@ -6,7 +6,7 @@
 //!
 //! One file per session, `<root>/<id>.jsonl`: the header line
 //! (`{"type":"session","id":...}`), then one event per line. It is written at
-//! turn-end checkpoints ([`dsh_env::__internal::atomic_file::write`]: a temporary file,
+//! turn-end checkpoints ([`dsh_env_support::atomic_file::write`]: a temporary file,
 //! synced, then renamed), so the file may not exist during the first turn
 //! and a crash never leaves a file that fails to load.
 //!
@@ -22,8 +22,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::Agent;
+use dsh_env_support::input::escape_controls;
 
 /// How a session came from its parent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,7 +254,7 @@ impl SessionStore {
             text.push_str(&line(event));
         }
         std::fs::create_dir_all(&self.root).map_err(io)?;
-        dsh_env::__internal::atomic_file::write(&path, text).map_err(io)?;
+        dsh_env_support::atomic_file::write(&path, text).map_err(io)?;
         Ok(path)
     }
 
@@ -269,11 +269,12 @@ fn read_session_file(path: &Path, id: &str) -> Result<Session, SessionError> {
     let shown = path.display().to_string();
     // The model can run commands under the home: a session file may have
     // become a FIFO, or grown without end.
-    let text = dsh_env::__internal::read_regular_text(path, dsh_env::__internal::MAX_SESSION_BYTES)
-        .map_err(|e| SessionError::Read {
-            path: shown.clone(),
-            problem: e.problem,
-        })?;
+    let text =
+        dsh_env_support::input::read_regular_text(path, dsh_env_support::input::MAX_SESSION_BYTES)
+            .map_err(|e| SessionError::Read {
+                path: shown.clone(),
+                problem: e.problem,
+            })?;
     let malformed = |line: usize, message: String| SessionError::Malformed {
         path: shown.clone(),
         line,

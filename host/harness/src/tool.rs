@@ -20,9 +20,9 @@ pub use crate::executor::ShellExecutor;
 use crate::executor::{BackgroundHandle, ExecError, ExecOutput, ShellExecRequest};
 use crate::hooks::Hooks;
 use crate::host::{self, BashRequest, BashRunner, Host, HostError, HostErrorCode, Ran};
-use dsh_env::__internal::escape_controls;
 use dsh_env::{ContributorError, Registry};
 use dsh_env::{Mode, ToolExecution};
+use dsh_env_support::input::escape_controls;
 
 /// The tool's name.
 pub const BASH_TOOL_NAME: &str = "bash";

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::{CollectOptions, EnvironmentEntry, TrustEntry};
 use dsh_env::{
     ContributorEntry, ContributorError, Culprit, HomeSetting, HostEnv, Manifest, ManifestError,
@@ -26,6 +25,7 @@ use dsh_env_harness::host::{
     RegistryConfig,
 };
 use dsh_env_harness::{LocalExecutor, TimeoutUnit, checked_timeout};
+use dsh_env_support::input::escape_controls;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use serde_json::{Value, json};

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use dsh_env::__internal::escape_controls;
+use dsh_env_support::input::escape_controls;
 use wasmparser::{ComponentName, KnownCustom, Parser, Payload};
 use wit_parser::WorldKey;
 use wit_parser::decoding::{DecodedWasm, decode};
@@ -32,7 +32,7 @@ pub const LICENSES_ANNOTATION: &str = "org.opencontainers.image.licenses";
 pub const CREATED_ANNOTATION: &str = "org.opencontainers.image.created";
 
 /// The longest annotation value taken: the whole manifest must stay under
-/// [`dsh_env::__internal::MAX_OCI_MANIFEST_BYTES`] for anyone to pull it.
+/// [`dsh_env_store::MAX_OCI_MANIFEST_BYTES`] for anyone to pull it.
 pub const MAX_ANNOTATION_CHARS: usize = 4096;
 
 /// Why a component cannot be described for a push.

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use dsh_env::__internal::{block_sigpipe, escape_controls, read_capped, read_regular_text};
+use dsh_env_support::input::{
+    FileError, ReadProblem, block_sigpipe, escape_controls, read_capped, read_regular_text,
+};
 
 /// The largest auth file read: one holds a few entries.
 pub const MAX_AUTH_FILE_BYTES: u64 = 1 << 20;
@@ -221,7 +223,7 @@ impl AuthFiles {
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| write_error(e.to_string()))?;
         }
-        dsh_env::__internal::atomic_file::write(path, text + "\n")
+        dsh_env_support::atomic_file::write(path, text + "\n")
             .map_err(|e| write_error(e.to_string()))?;
         // A file that was readable by others before is not left so.
         use std::os::unix::fs::PermissionsExt as _;
@@ -303,8 +305,8 @@ impl AuthEntry {
 }
 
 /// Whether a read failed because the file is not there.
-fn is_not_found(error: &dsh_env::FileError) -> bool {
-    matches!(&error.problem, dsh_env::ReadProblem::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
+fn is_not_found(error: &FileError) -> bool {
+    matches!(&error.problem, ReadProblem::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// The Docker config at `path`, or `None` when there is no such file.

@@ -1,6 +1,6 @@
 //! dsh-env contributors over OCI registries: [`push`] a component (and its
 //! minisign signature) as a CNCF Wasm OCI artifact, [`fetch`] one, verified
-//! and size-capped, and [`Pulled::commit`] it to the home's [`Store`] once it
+//! and size-capped, and [`Pulled::commit`] it to the home's [`BlobStore`] once it
 //! is accepted ([`pull`] does both).
 //!
 //! The artifact: an OCI image manifest with exactly one `application/wasm`
@@ -10,12 +10,12 @@
 //! ([`Description`]), and the signature, if any, as the
 //! [`SIGNATURE_ANNOTATION`] on the manifest, so the manifest digest pins the
 //! signature with the code. A commit lists the artifact in the store's OCI
-//! image layout ([`Store::record`]).
+//! image layout ([`BlobStore::record`]).
 //!
 //! The distribution protocol is spoken here, over one `reqwest` client, so
 //! that every byte a registry sends is read under a cap: the manifest under
 //! [`MAX_OCI_MANIFEST_BYTES`], a blob under the size its manifest declares
-//! (checked against [`dsh_env::__internal::MAX_LAYER_BYTES`] before anything is
+//! (checked against [`dsh_env_store::MAX_LAYER_BYTES`] before anything is
 //! downloaded), a token endpoint's answer under [`MAX_TOKEN_BYTES`], and an
 //! error answer only up to [`MAX_ERROR_BODY_BYTES`], of which a short,
 //! escaped excerpt is quoted. Every digest is computed here (a registry can
@@ -48,14 +48,15 @@ pub mod secrets;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use dsh_env::__internal::escape_controls;
-use dsh_env::__internal::{
-    MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
-    WASM_LAYER_MEDIA_TYPE, WasmManifest, is_loopback_host, layout_name,
+use dsh_env_store::{
+    BlobStore, ImageManifest, ImageManifestError, OciReference, StoreProblem, StoredArtifact,
 };
-use dsh_env::__internal::{sha256_hex, verify_sha256};
-use dsh_env::{ManifestProblem, StoreProblem};
-use dsh_env::{OciReference, Store, StoredArtifact};
+use dsh_env_store::{
+    MAX_OCI_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, SIGNATURE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE, is_loopback_host, layout_name,
+};
+use dsh_env_support::digest::{sha256_hex, verify as verify_sha256};
+use dsh_env_support::input::escape_controls;
 
 pub use artifact::{ComponentWorld, DescribeError, Description};
 pub use auth::{AuthError, AuthFiles, Credential};
@@ -196,7 +197,7 @@ pub enum OciProblem {
     Token(String),
     /// The manifest is not a Wasm artifact, or declares a layer over the cap.
     #[error(transparent)]
-    Manifest(#[from] ManifestProblem),
+    Manifest(#[from] ImageManifestError),
     /// A body is bigger than it may be (a cap, or the size the manifest
     /// declares for a blob).
     #[error("the {what} is over {cap} bytes")]
@@ -277,8 +278,8 @@ impl OciProblem {
             },
             OciProblem::UnknownChallenge(text) => OciProblem::UnknownChallenge(blank(text)),
             OciProblem::Token(text) => OciProblem::Token(blank(text)),
-            OciProblem::Manifest(ManifestProblem::NotWasm(text)) => {
-                OciProblem::Manifest(ManifestProblem::NotWasm(blank(text)))
+            OciProblem::Manifest(ImageManifestError::NotWasm(text)) => {
+                OciProblem::Manifest(ImageManifestError::NotWasm(blank(text)))
             }
             OciProblem::DigestMismatch {
                 what,
@@ -455,7 +456,7 @@ impl Pulled {
     /// manifest in the store always finds its blobs), lists it in the
     /// store's `index.json` under its pinned reference (and the tag it was
     /// fetched by), and returns it as the store gives it back.
-    pub fn commit(self, store: &Store) -> Result<StoredArtifact, OciError> {
+    pub fn commit(self, store: &BlobStore) -> Result<StoredArtifact, OciError> {
         let reference = &self.artifact.reference;
         let fail = failing(reference);
         let mut manifest_hex = String::new();
@@ -479,7 +480,7 @@ pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled
     within(options.deadline, async {
         registry.authorize("pull").await?;
         let (manifest_bytes, manifest_hex) = registry.manifest(reference).await?;
-        let manifest = WasmManifest::parse(&manifest_bytes)?;
+        let manifest = ImageManifest::parse(&manifest_bytes)?;
         if manifest.config_size > MAX_CONFIG_BYTES {
             return Err(OciProblem::TooLarge {
                 what: "config",
@@ -509,7 +510,7 @@ pub async fn fetch(reference: &OciReference, options: &Options) -> Result<Pulled
 /// the store gives it back, pinned. On any failure nothing is written.
 pub async fn pull(
     reference: &OciReference,
-    store: &Store,
+    store: &BlobStore,
     options: &Options,
 ) -> Result<StoredArtifact, OciError> {
     fetch(reference, options).await?.commit(store)

@@ -17,7 +17,7 @@ use std::sync::{PoisonError, RwLock};
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
-use dsh_env::__internal::escape_controls;
+use dsh_env_support::input::escape_controls;
 use percent_encoding::percent_decode_str;
 
 use crate::Credential;

@@ -2,10 +2,10 @@
 //! per test on 127.0.0.1), with real components; and against a hostile one
 //! (a server the test starts on 127.0.0.1 that floods, stalls and redirects).
 
-use dsh_env::__internal::{OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
-use dsh_env::ManifestProblem;
-use dsh_env::{OciReference, Store};
 use dsh_env_artifacts::{AGENT_LINEAGE, CALL_TRACE};
+use dsh_env_store::{BlobStore, ImageManifestError, OciReference};
+use dsh_env_store::{OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE};
+use dsh_env_support::digest::sha256_hex;
 use std::time::Duration;
 
 use dsh_env_oci::{MAX_TOKEN_BYTES, OciProblem, Options, fetch, pull, push};
@@ -29,12 +29,12 @@ fn reference(registry: &TestRegistry, rest: &str) -> OciReference {
 }
 
 /// A store in a fresh directory, and the directory.
-fn store() -> (Store, tempfile::TempDir) {
+fn store() -> (BlobStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    (Store::new(dir.path().join("store")), dir)
+    (BlobStore::new(dir.path().join("store")), dir)
 }
 
-fn is_empty(store: &Store) -> bool {
+fn is_empty(store: &BlobStore) -> bool {
     !store.root().exists()
 }
 
@@ -112,7 +112,7 @@ async fn a_blob_tampered_in_the_registry_is_refused_and_nothing_is_written() {
         .unwrap();
     // Same size, one byte flipped: the registry still serves it under the
     // original digest (and Docker-Content-Digest header).
-    let layer = registry.blob_file(&dsh_env::__internal::sha256_hex(&wasm));
+    let layer = registry.blob_file(&sha256_hex(&wasm));
     let mut bytes = std::fs::read(&layer).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
@@ -180,7 +180,7 @@ async fn push_image(
     let descriptor = |media_type: &str, blob: &[u8], size: u64| {
         serde_json::json!({
             "mediaType": media_type,
-            "digest": format!("sha256:{}", dsh_env::__internal::sha256_hex(blob)),
+            "digest": format!("sha256:{}", sha256_hex(blob)),
             "size": size,
         })
     };
@@ -211,7 +211,7 @@ async fn an_image_that_is_not_a_wasm_artifact_is_refused() {
     let error = pull(&tagged, &store, &Options::default())
         .await
         .unwrap_err();
-    assert_problem!(error, OciProblem::Manifest(ManifestProblem::NotWasm(_)));
+    assert_problem!(error, OciProblem::Manifest(ImageManifestError::NotWasm(_)));
     assert!(error.to_string().contains("not a Wasm artifact"), "{error}");
     assert!(is_empty(&store));
 }
@@ -235,7 +235,7 @@ async fn a_layer_over_the_cap_is_refused_before_it_is_downloaded() {
     let error = pull(&huge, &store, &Options::default()).await.unwrap_err();
     assert_problem!(
         error,
-        OciProblem::Manifest(ManifestProblem::LayerTooLarge { .. })
+        OciProblem::Manifest(ImageManifestError::LayerTooLarge { .. })
     );
 
     // A layer declared smaller than it is: reading stops at the declared size.

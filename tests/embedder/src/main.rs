@@ -19,8 +19,8 @@ const CALLS: usize = 5;
 
 fn main() -> ExitCode {
     let arg0 = std::env::args_os().next().unwrap_or_default();
-    if Path::new(&arg0).file_name() == Some(OsStr::new(dsh_env::__internal::compile::HELPER)) {
-        return dsh_env::__internal::helper_main();
+    if Path::new(&arg0).file_name() == Some(OsStr::new(dsh_env::compile_helper::HELPER)) {
+        return dsh_env::compile_helper::helper_main();
     }
     let args: Vec<PathBuf> = std::env::args_os().skip(1).map(PathBuf::from).collect();
     let [home, puppet] = &args[..] else {

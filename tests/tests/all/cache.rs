@@ -406,7 +406,7 @@ fn capped_registry(home: &std::path::Path, max_bytes: u64) -> Registry {
 
 /// The SHA-256 of the component at `path`.
 fn digest(path: &str) -> String {
-    dsh_env::__internal::sha256_hex(&std::fs::read(path).unwrap())
+    dsh_env_support::digest::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// The content digests of the cache's entries that hold an artifact.
@@ -672,7 +672,7 @@ async fn a_fresh_home_compiles_its_components_with_winch_one_per_core() {
     // not for the helper's start, parsing and writing.
     let cores = std::thread::available_parallelism().unwrap().get();
     let expected = cores
-        .min(dsh_env::__internal::compile::MAX_COMPILES_AT_ONCE)
+        .min(dsh_env::__internal::MAX_COMPILES_AT_ONCE)
         .min(paths.len());
     let (events, most) =
         compiles_registering(home.path(), &manifest, dsh_env::Tiering::Baseline, expected).await;

@@ -9,8 +9,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dsh_env::__internal::escape_controls;
 use dsh_env::CompileProgress;
+use dsh_env_support::input::escape_controls;
 
 use crate::output::size;
 

@@ -51,7 +51,7 @@ fn add_pulls_reviews_and_pins_an_oci_source_which_a_moved_tag_or_a_stopped_regis
     let source = format!("source = \"oci://{}/dsh/tool@sha256:", registry.host());
     assert!(pinned.starts_with(&requiring(&author)), "{pinned}");
     assert!(pinned.contains(&source), "{pinned}");
-    let lineage_sha = dsh_env::__internal::sha256_hex(&std::fs::read(&lineage).unwrap());
+    let lineage_sha = dsh_env_support::digest::sha256_hex(&std::fs::read(&lineage).unwrap());
     assert!(
         pinned.contains(&format!("sha256 = \"{lineage_sha}\"")),
         "{pinned}"

@@ -143,7 +143,7 @@ fn a_cache_a_checkout_fills_runs_only_what_this_host_compiled() {
     let b_code = std::fs::read(cache.join(b_artifact)).unwrap();
     let hand_written = format!(
         "{} 0:0:0:0.0:0.0 {a_stem}",
-        dsh_env::__internal::sha256_hex(&b_code)
+        dsh_env_support::digest::sha256_hex(&b_code)
     );
     let copied = std::fs::read_to_string(cache.join(format!("{b_stem}.seal")))
         .unwrap()

@@ -115,7 +115,10 @@ fn skopeo_copies_a_pushed_artifact_out_of_the_registry_and_reads_its_world_and_a
     let copied = format!("oci:{layout}:v1");
     let raw = skopeo(&f, &["inspect", "--raw", &copied]);
     assert_eq!(
-        format!("sha256:{}", dsh_env::__internal::sha256_hex(raw.as_bytes())),
+        format!(
+            "sha256:{}",
+            dsh_env_support::digest::sha256_hex(raw.as_bytes())
+        ),
         digest,
         "skopeo keeps the manifest byte for byte"
     );
@@ -192,7 +195,7 @@ fn write_layout(dir: &Path, images: &[HandImage]) -> Vec<String> {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();
     let put = |bytes: &[u8]| {
-        let hex = dsh_env::__internal::sha256_hex(bytes);
+        let hex = dsh_env_support::digest::sha256_hex(bytes);
         std::fs::write(blobs.join(&hex), bytes).unwrap();
         (format!("sha256:{hex}"), bytes.len())
     };
@@ -328,7 +331,10 @@ fn an_artifact_made_without_dsh_env_is_added_and_pulled_when_valid_and_refused_n
         &["inspect", "--raw", &format!("oci:{worker}/store:{pinned}")],
     );
     assert_eq!(
-        format!("sha256:{}", dsh_env::__internal::sha256_hex(raw.as_bytes())),
+        format!(
+            "sha256:{}",
+            dsh_env_support::digest::sha256_hex(raw.as_bytes())
+        ),
         digests[0]
     );
 

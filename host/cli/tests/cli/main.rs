@@ -234,7 +234,7 @@ fn component_copy(f: &Fixture, from: &str, name: &str) -> PathBuf {
 
 /// The SHA-256 of the file at `path`, in lowercase hex.
 fn sha256_of(path: &str) -> String {
-    dsh_env::__internal::sha256_hex(&std::fs::read(path).unwrap())
+    dsh_env_support::digest::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// `dsh-env push <file> <target>` (plus `extra`), run in `f`.

@@ -4,8 +4,8 @@ use super::*;
 
 /// Pulls `reference` into the store of `f`'s home, as `dsh-env add` does.
 fn pull_into_home(f: &Fixture, reference: &str) {
-    let reference = dsh_env::OciReference::parse(reference).unwrap();
-    let store = dsh_env::Store::new(f.path("home").join("store"));
+    let reference = dsh_env_store::OciReference::parse(reference).unwrap();
+    let store = dsh_env_store::BlobStore::new(f.path("home").join("store"));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime
         .block_on(dsh_env_oci::pull(&reference, &store, &Default::default()))

@@ -31,7 +31,7 @@ fn a_declined_add_leaves_nothing_in_the_store_and_store_gc_drops_what_no_manifes
     assert!(push(&f, &trace, &target, &[]).status.success());
     assert!(add().status.success());
     assert_eq!(stored_blobs(&f).len(), 6);
-    let store = dsh_env::Store::new(f.path("home/store"));
+    let store = dsh_env_store::BlobStore::new(f.path("home/store"));
     let orphan = store.put_blob(b"a blob no manifest references").unwrap();
 
     let gc = |extra: &[&str]| {

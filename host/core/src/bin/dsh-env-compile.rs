@@ -3,5 +3,5 @@
 //! `compile.rs`).
 
 fn main() -> std::process::ExitCode {
-    dsh_env::__internal::helper_main()
+    dsh_env::compile_helper::helper_main()
 }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::digest::hex;
 use crate::home::DshHome;
+use dsh_env_support::digest::hex;
 
 /// The key file's name in its home.
 pub(super) const KEY_FILE: &str = "cache.key";

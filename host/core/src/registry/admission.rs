@@ -4,14 +4,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::digest;
-use crate::input::{MAX_COMPONENT_BYTES, read_regular_file};
 use crate::limits::Limits;
 use crate::load_error::{LoadError, LoadErrorKind};
 use crate::sandbox::{ContributorComponent, Source};
 use crate::signature::{SignatureError, Signer, read_signature};
 use crate::spec::{ContributorSource, ContributorSpec, SpecError, managed_env_grant};
-use crate::store::{SIGNATURE_ANNOTATION, Store, StoredArtifact};
+use dsh_env_store::{BlobStore, SIGNATURE_ANNOTATION, StoredArtifact};
+use dsh_env_support::digest;
+use dsh_env_support::input::{MAX_COMPONENT_BYTES, read_regular_file};
 
 use super::error::RegistryError;
 use super::state::Registry;
@@ -169,9 +169,9 @@ impl Registry {
                 let artifact = match pulled.filter(|pulled| &pulled.reference == reference) {
                     Some(pulled) => std::borrow::Cow::Borrowed(pulled),
                     None => std::borrow::Cow::Owned(
-                        (Store::in_home(&self.inner.home).load(reference)).map_err(|e| {
-                            LoadError::new(&origin, LoadErrorKind::Store(e.problem.into()))
-                        })?,
+                        (BlobStore::in_home(self.inner.home.path()).load(reference)).map_err(
+                            |e| LoadError::new(&origin, LoadErrorKind::Store(e.problem.into())),
+                        )?,
                     ),
                 };
                 if let Some(pin) = &spec.sha256 {

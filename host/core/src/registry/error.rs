@@ -4,13 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::declaration::{DeclarationError, OutputProblem};
-use crate::input::escape_controls;
 use crate::limits::Phase;
 use crate::load_error::LoadError;
 use crate::manifest::ManifestError;
 use crate::sandbox::GuestFailure;
 use crate::signature::SignatureError;
 use crate::spec::SpecError;
+use dsh_env_support::input::escape_controls;
 
 /// Why a contributor failed, naming it, the phase, and the cause.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

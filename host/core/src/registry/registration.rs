@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::declaration::{Declaration, DeclarationError, DeclarationProblem, RawDeclaration};
-use crate::input::escape_controls;
 use crate::keys::{BUILTIN_KEYS, BUILTIN_OWNER, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::manifest::Manifest;
 use crate::sandbox::{CodeTier, ContributorComponent, Opening};
 use crate::signature::{Signer, Trust};
 use crate::spec::{ContributorSpec, HostEnv, OnError};
+use dsh_env_support::input::escape_controls;
 use tracing::Instrument;
 use tracing::field::Empty;
 

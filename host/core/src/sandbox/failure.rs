@@ -6,8 +6,8 @@ use std::time::Duration;
 use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
 
-use crate::input::escape_controls;
 use crate::limits::{Limits, bounded};
+use dsh_env_support::input::escape_controls;
 
 /// How a guest call failed inside the sandbox. Text that can come from the
 /// guest (its error message, names in a trap's backtrace) is shown escaped.

@@ -258,7 +258,7 @@ fn is_one_safe_line(message: &str) -> bool {
 fn the_display_rule_matches_the_oracle_on_every_character() {
     for c in (0..=0x10ffff).filter_map(char::from_u32) {
         assert_eq!(
-            dsh_env::__internal::hidden_from_review(c),
+            dsh_env_support::input::hidden_from_review(c),
             is_hidden(c),
             "U+{:04X}",
             u32::from(c)

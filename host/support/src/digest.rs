@@ -37,7 +37,7 @@ pub fn verify(bytes: &[u8], expected: &str) -> Result<(), Mismatch> {
 }
 
 /// `bytes` in lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -241,7 +241,7 @@ pub fn unknown_key(key: &str, known: &'static [&'static str]) -> String {
 }
 
 /// Pushes `c` onto `out`, escaped if [`hidden_from_review`] names it.
-pub(crate) fn push_escaped(out: &mut String, c: char) {
+pub fn push_escaped(out: &mut String, c: char) {
     if !hidden_from_review(c) {
         out.push(c);
     } else if c.is_control() {
