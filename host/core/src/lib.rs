@@ -41,7 +41,7 @@ mod cache;
 mod compile;
 mod load_error;
 // Instances and calls.
-mod runtime;
+mod shared_engine;
 mod sandbox;
 // Loading: cache, compiler and tiering.
 mod loader;
@@ -56,7 +56,7 @@ pub use declaration::{
     Declaration, DeclarationError, DeclarationProblem, KeyInfo, OutputProblem, RawDeclaration,
 };
 pub use engine::{
-    Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place,
+    Allocator, PAGEMAP_RESET, EngineError, Tiering, WASMTIME_VERSION, resets_in_place,
 };
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
@@ -77,7 +77,7 @@ pub use registry::{
     ContributorError, ContributorListing, FailureCause, KeyListing, LoadFrom, LoadOptions,
     NativeContributor, Registration, Registry, RegistryBuilder, RegistryError,
 };
-pub use runtime::Runtime;
+pub use shared_engine::SharedEngine;
 pub use sandbox::{
     CallTrace, CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };
