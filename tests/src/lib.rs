@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use dsh_env::{
-    Agent, ContributorComponent, DshHome, HostLimits, LoadError, Registry, RegistryError, Runtime,
+    Agent, ContributorComponent, DshHome, HostLimits, LoadError, Registry, RegistryError, SharedEngine,
     ToolExecution, Trust,
 };
 use dsh_env::{LoadFrom, LoadOptions};
@@ -20,9 +20,9 @@ const HOME: &str = "/tmp/dsh-test-home";
 
 /// The runtime that every [`registry`] of a test process shares, as an
 /// embedder's registries would.
-pub fn runtime() -> &'static Runtime {
-    static SHARED: OnceLock<Runtime> = OnceLock::new();
-    SHARED.get_or_init(|| Runtime::new().unwrap())
+pub fn runtime() -> &'static SharedEngine {
+    static SHARED: OnceLock<SharedEngine> = OnceLock::new();
+    SHARED.get_or_init(|| SharedEngine::new().unwrap())
 }
 
 /// A registry with the fixed home `/tmp/dsh-test-home`, in the shared
@@ -56,7 +56,7 @@ pub fn registry_at(home: impl AsRef<std::path::Path>) -> Registry {
 /// which other tests' calls would move in the shared one.
 pub fn registry_with(host_limits: HostLimits) -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
-    let runtime = Runtime::with_host_limits(host_limits).unwrap();
+    let runtime = SharedEngine::with_host_limits(host_limits).unwrap();
     Registry::builder(home).runtime(&runtime).build().unwrap()
 }
 

@@ -33,9 +33,9 @@ pub enum Allocator {
     },
 }
 
-/// Why a runtime could not be built.
+/// Why the [`crate::SharedEngine`] could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
+pub enum EngineError {
     /// The WebAssembly engine or its linker could not be set up.
     #[error("cannot set up the WebAssembly engine: {0}")]
     Engine(String),

@@ -39,7 +39,7 @@ mod cache;
 mod compile;
 mod load_error;
 // Instances and calls.
-mod runtime;
+mod shared_engine;
 mod sandbox;
 // Loading: cache, compiler and tiering.
 mod loader;
@@ -61,7 +61,7 @@ pub use dsh_env_store::{
 };
 pub use dsh_env_support::input::{FileError, ReadProblem};
 pub use engine::{
-    Allocator, PAGEMAP_RESET, RuntimeError, Tiering, WASMTIME_VERSION, resets_in_place,
+    Allocator, PAGEMAP_RESET, EngineError, Tiering, WASMTIME_VERSION, resets_in_place,
 };
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
@@ -81,7 +81,7 @@ pub use registry::{
     ContributorError, ContributorListing, FailureCause, KeyListing, LoadFrom, LoadOptions,
     NativeContributor, Registration, Registry, RegistryBuilder, RegistryError,
 };
-pub use runtime::Runtime;
+pub use shared_engine::SharedEngine;
 pub use sandbox::{
     CallTrace, CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };

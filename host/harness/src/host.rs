@@ -22,7 +22,7 @@ use dsh_env::{
     Absence, ArtifactCache, CacheKey, CompileProgress, ContributorError, ContributorListing,
     ContributorSpec, Culprit, DshHome, DshKey, EnvironmentPolicy, HomeContext, HomeError,
     HomeSetting, HooksSetting, HostEnv, KeyListing, Manifest, ManifestError, Mode, Overlay,
-    Registration, Registry, RegistryError, Runtime, RuntimeError, Tiering, ToolExecution, Trust,
+    Registration, Registry, RegistryError, SharedEngine, EngineError, Tiering, ToolExecution, Trust,
 };
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_support::input::escape_controls;
@@ -60,7 +60,7 @@ pub enum HostErrorCode {
     /// The command could not be run.
     Exec,
     /// The runtime (engine, instance pool) could not be started.
-    Runtime,
+    SharedEngine,
     /// No home could be decided.
     Home,
     /// The contributor named is not registered (any more).
@@ -228,8 +228,8 @@ impl From<HomeError> for HostError {
     }
 }
 
-impl From<RuntimeError> for HostError {
-    fn from(err: RuntimeError) -> Self {
+impl From<EngineError> for HostError {
+    fn from(err: EngineError) -> Self {
         Self::from_source(HostErrorCode::Runtime, Culprit::default(), err)
     }
 }
@@ -269,7 +269,7 @@ pub struct RegistryConfig {
     pub tiering: Tiering,
     /// A runtime shared with other registries of the process (default: one
     /// of the registry's own).
-    pub runtime: Option<Runtime>,
+    pub runtime: Option<SharedEngine>,
     /// Told of each compile, e.g. to show progress on a terminal.
     pub compile_progress: Option<Arc<dyn CompileProgress>>,
 }

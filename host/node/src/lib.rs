@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use dsh_env::{CollectOptions, EnvironmentEntry, TrustEntry};
 use dsh_env::{
     ContributorEntry, ContributorError, Culprit, HomeSetting, HostEnv, Manifest, ManifestError,
-    Mode, RegistryError, Runtime, SpecError, Tiering, ToolExecution,
+    Mode, RegistryError, SharedEngine, SpecError, Tiering, ToolExecution,
 };
 use dsh_env_harness::hooks::{HooksError, PermissionMode};
 use dsh_env_harness::host::{
@@ -32,12 +32,12 @@ use serde_json::{Value, json};
 
 /// The one runtime (engine, instance pool, epoch thread) of this process,
 /// shared by every registry opened in it.
-fn runtime() -> Result<&'static Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+fn runtime() -> Result<&'static SharedEngine> {
+    static RUNTIME: OnceLock<std::result::Result<SharedEngine, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
             log_to_stderr();
-            Runtime::new().map_err(|e| e.to_string())
+            SharedEngine::new().map_err(|e| e.to_string())
         })
         .as_ref()
         .map_err(|e| thrown(HostError::new(HostErrorCode::Runtime, e)))
@@ -140,8 +140,8 @@ fn execution(json: &str) -> Result<ToolExecution> {
 /// A registry: contributors registered by path, and the overlay they build
 /// for each execution. An adapter over the [`Host`]: it turns napi's
 /// arguments into the host's calls and the host's errors into `DSH_*` ones.
-#[napi]
-pub struct Registry {
+#[napi(js_name = "Registry")]
+pub struct NodeRegistry {
     host: Arc<Host>,
     /// For each contributor registered here, the id of the handle that
     /// holds it: the host holds the registration, so the garbage collector
@@ -158,7 +158,7 @@ pub struct Registry {
 type Handles = Arc<Mutex<HashMap<String, u64>>>;
 
 #[napi]
-impl Registry {
+impl NodeRegistry {
     /// Opens a registry. `home` is the harness home (default: `$DSH_HOME`,
     /// then `~/.dsh`); `compiler` the `dsh-env-compile` helper (default:
     /// `$DSH_ENV_COMPILER`, then `PATH`); `trust` a manifest's `[trust]`
@@ -176,7 +176,7 @@ impl Registry {
         trust: Option<Value>,
         manifest: Option<String>,
         hooks: Option<Value>,
-    ) -> Result<Registry> {
+    ) -> Result<NodeRegistry> {
         let manifest = manifest.map(|path| read_manifest(&path)).transpose()?;
         let trust = match (trust, &manifest) {
             // The host refuses both, whatever the option says.
@@ -238,7 +238,7 @@ impl Registry {
         };
         // Nothing in opening waits (the manifest is not registered here).
         let host = run_here(Host::open(config)).map_err(thrown)?;
-        Ok(Registry {
+        Ok(NodeRegistry {
             host: Arc::new(host),
             handles: Handles::default(),
             next_id: AtomicU64::new(0),
@@ -250,7 +250,7 @@ impl Registry {
     /// the process's cwd), with `options` as a manifest entry's fields
     /// (`config`, `limits`, `grants`, `on_error`, `sha256`).
     #[napi(ts_return_type = "Promise<Registration>")]
-    pub async fn register(&self, path: String, options: Option<Value>) -> Result<Registration> {
+    pub async fn register(&self, path: String, options: Option<Value>) -> Result<NodeRegistration> {
         let mut entry = options.unwrap_or_else(|| json!({}));
         let Some(fields) = entry.as_object_mut() else {
             return Err(invalid("register options must be an object"));
@@ -288,7 +288,7 @@ impl Registry {
     /// pins, grants, limits and `[trust]`); the registry's home stays the
     /// one it was opened with.
     #[napi(ts_return_type = "Promise<Array<Registration>>")]
-    pub async fn register_manifest(&self, path: String) -> Result<Vec<Registration>> {
+    pub async fn register_manifest(&self, path: String) -> Result<Vec<NodeRegistration>> {
         let manifest = read_manifest(&path)?;
         let host = Arc::clone(&self.host);
         // Loading may compile in a child process: a blocking wait, kept off
@@ -356,7 +356,7 @@ impl Registry {
     /// moves to the runtime and the result is a Promise; and from then on this registry's
     /// collections start there, and each one starts the next call's
     /// preparation when it ends. A collection that answered at once leaves
-    /// that to [`Registry::prepare_in_background`], which `index.js` calls
+    /// that to [`NodeRegistry::prepare_in_background`], which `index.js` calls
     /// once the caller has had its answer: waking a runtime thread costs the
     /// caller's thread microseconds that belong to the command it is about
     /// to start.
@@ -493,13 +493,13 @@ impl Registry {
     }
 }
 
-impl Registry {
+impl NodeRegistry {
     /// A new handle for the contributor the host registered as `registered`.
-    fn handle(&self, registered: Registered) -> Registration {
+    fn handle(&self, registered: Registered) -> NodeRegistration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let name = registered.name;
         lock(&self.handles).insert(name.clone(), id);
-        Registration {
+        NodeRegistration {
             name,
             id,
             handles: Arc::clone(&self.handles),
@@ -509,8 +509,8 @@ impl Registry {
 }
 
 /// A registered contributor; it stays registered until `dispose()`.
-#[napi]
-pub struct Registration {
+#[napi(js_name = "Registration")]
+pub struct NodeRegistration {
     name: String,
     id: u64,
     handles: Handles,
@@ -518,7 +518,7 @@ pub struct Registration {
 }
 
 #[napi]
-impl Registration {
+impl NodeRegistration {
     /// The contributor's declared name.
     #[napi(getter)]
     pub fn name(&self) -> String {

@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use dsh_env::{Agent, DshHome, Registry, Runtime, ToolExecution};
+use dsh_env::{Agent, DshHome, Registry, SharedEngine, ToolExecution};
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 
 const CALLS: usize = 5;
@@ -50,7 +50,7 @@ async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error
         }
     );
     println!("resets in place: {}", dsh_env::resets_in_place());
-    let runtime = Runtime::new()?;
+    let runtime = SharedEngine::new()?;
     let registry = Registry::builder(DshHome::from_absolute(home)?)
         .runtime(&runtime)
         .compiler(std::env::current_exe()?)

@@ -1,6 +1,6 @@
 //! Every black-box test that can share a process, in one binary (the
 //! pattern of wasmtime's `tests/all`): linking wasmtime once, and sharing
-//! one [`dsh_env::Runtime`] (see `dsh_env_tests::registry`).
+//! one [`dsh_env::SharedEngine`] (see `dsh_env_tests::registry`).
 //!
 //! Two suites keep binaries of their own, for the process they need alone:
 //! `leak.rs` measures the whole process (RSS, threads, descriptors) and

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::cache::ArtifactCache;
 use crate::compile::{CompileProgress, Compiler};
-use crate::engine::{RuntimeError, Tiering};
+use crate::engine::{EngineError, Tiering};
 use crate::home::DshHome;
 use crate::loader::Loader;
-use crate::runtime::Runtime;
+use crate::shared_engine::SharedEngine;
 use crate::signature::Trust;
 
 use super::state::{Inner, Registry};
@@ -21,7 +21,7 @@ use super::state::{Inner, Registry};
 #[must_use = "a builder does nothing until `build`"]
 pub struct RegistryBuilder {
     home: DshHome,
-    runtime: Option<Runtime>,
+    runtime: Option<SharedEngine>,
     cache: Option<ArtifactCache>,
     trust: Trust,
     tiering: Tiering,
@@ -46,7 +46,7 @@ impl fmt::Debug for RegistryBuilder {
 impl RegistryBuilder {
     /// Runs the contributors in `runtime` (shared with other registries of
     /// the process) instead of a runtime of the registry's own.
-    pub fn runtime(mut self, runtime: &Runtime) -> Self {
+    pub fn runtime(mut self, runtime: &SharedEngine) -> Self {
         self.runtime = Some(runtime.clone());
         self
     }
@@ -95,10 +95,10 @@ impl RegistryBuilder {
 
     /// The registry, empty. It fails only when it must make a runtime of
     /// its own and cannot.
-    pub fn build(self) -> Result<Registry, RuntimeError> {
+    pub fn build(self) -> Result<Registry, EngineError> {
         let runtime = match self.runtime {
             Some(runtime) => runtime,
-            None => Runtime::new()?,
+            None => SharedEngine::new()?,
         };
         let cache =
             (self.cache).unwrap_or_else(|| ArtifactCache::new(self.home.path().join("cache")));
@@ -149,7 +149,7 @@ impl Registry {
     }
 
     /// The runtime this registry runs its contributors in.
-    pub fn runtime(&self) -> &Runtime {
+    pub fn runtime(&self) -> &SharedEngine {
         &self.inner.runtime
     }
 

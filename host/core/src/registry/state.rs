@@ -10,7 +10,7 @@ use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::limits::Limits;
 use crate::loader::Loader;
-use crate::runtime::Runtime;
+use crate::shared_engine::SharedEngine;
 use crate::sandbox::{ContributorComponent, Prepared};
 use crate::signature::Trust;
 use crate::spec::OnError;
@@ -77,7 +77,7 @@ pub(super) struct Entry {
 }
 
 pub(super) struct Inner {
-    pub(super) runtime: Runtime,
+    pub(super) runtime: SharedEngine,
     pub(super) home: DshHome,
     /// The cache, compiler and tiering its components are loaded with.
     pub(super) loader: Loader,

@@ -10,7 +10,7 @@ use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store};
 
 use crate::declaration::RawDeclaration;
-use crate::engine::{self, Allocator, RuntimeError};
+use crate::engine::{self, Allocator, EngineError};
 use crate::execution::ToolExecution;
 use crate::guest_output::GuestOutput;
 use crate::limits::{self, HostLimits, Phase, bounded};
@@ -164,7 +164,7 @@ const MAX_RETIRED: usize = 32;
 /// one of these threads, never the caller's runtime or its blocking pool.
 struct GuestIo {
     /// `None` only while dropping.
-    runtime: Option<Runtime>,
+    runtime: Option<SharedEngine>,
     /// Such calls that may run at once.
     calls: Arc<Semaphore>,
 }
@@ -257,8 +257,8 @@ fn pre(component: &ContributorComponent) -> Result<&Pre, GuestFailure> {
 impl Sandbox {
     /// An engine and a linker that provides WASI (denying everything, and
     /// opening files without blocking) and `config`, under `host_limits`.
-    pub(crate) fn new(host_limits: HostLimits) -> Result<Self, RuntimeError> {
-        let setup = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
+    pub(crate) fn new(host_limits: HostLimits) -> Result<Self, EngineError> {
+        let setup = |e: wasmtime::Error| EngineError::Engine(format!("{e:#}"));
         let (engine, allocator) = engine::build_engine().map_err(setup)?;
         let optimized = Tier::new(engine).map_err(setup)?;
         let io_calls = host_limits.io_calls.max(1);
@@ -268,7 +268,7 @@ impl Sandbox {
             .thread_name("dsh-env-guest-io")
             .enable_time()
             .build()
-            .map_err(RuntimeError::Threads)?;
+            .map_err(EngineError::Threads)?;
         Ok(Sandbox {
             optimized,
             allocator,

@@ -1,4 +1,4 @@
-//! The runtime that registries share: one engine with its instance pool and
+//! The engine that registries share: one engine with its instance pool and
 //! epoch thread, the threads that run guests' file I/O, and the host-wide
 //! budgets of [`HostLimits`]. Build one per process and hand it to every
 //! [`crate::Registry`]: each engine reserves the pool's address space (about
@@ -6,35 +6,35 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Allocator, RuntimeError};
+use crate::engine::{Allocator, EngineError};
 use crate::limits::HostLimits;
 use crate::sandbox::Sandbox;
 
 /// One engine, its pool and epoch thread, and the host-wide budgets, shared
 /// by any number of registries. Cheap to clone.
 #[derive(Clone)]
-pub struct Runtime {
+pub struct SharedEngine {
     pub(crate) sandbox: Arc<Sandbox>,
 }
 
-impl std::fmt::Debug for Runtime {
+impl std::fmt::Debug for SharedEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
+        f.debug_struct("SharedEngine")
             .field("allocator", self.allocator())
             .field("host_limits", self.host_limits())
             .finish_non_exhaustive()
     }
 }
 
-impl Runtime {
+impl SharedEngine {
     /// A runtime under the default [`HostLimits`].
-    pub fn new() -> Result<Self, RuntimeError> {
+    pub fn new() -> Result<Self, EngineError> {
         Self::with_host_limits(HostLimits::default())
     }
 
     /// A runtime whose live instances together stay within `host_limits`.
-    pub fn with_host_limits(host_limits: HostLimits) -> Result<Self, RuntimeError> {
-        Ok(Runtime {
+    pub fn with_host_limits(host_limits: HostLimits) -> Result<Self, EngineError> {
+        Ok(SharedEngine {
             sandbox: Arc::new(Sandbox::new(host_limits)?),
         })
     }
