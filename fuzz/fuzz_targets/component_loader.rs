@@ -17,8 +17,8 @@ use tokio::runtime::Runtime;
 
 /// One registry and runtime per process. Its cache directory is a file, so
 /// nothing is written per input (the host only warns and compiles).
-fn host() -> &'static (Registry, SharedEngine) {
-    static HOST: OnceLock<(Registry, SharedEngine)> = OnceLock::new();
+fn host() -> &'static (Registry, Runtime) {
+    static HOST: OnceLock<(Registry, Runtime)> = OnceLock::new();
     HOST.get_or_init(|| {
         let home = std::env::temp_dir().join(format!("dsh-env-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&home).unwrap();

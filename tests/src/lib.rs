@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use dsh_env::{
-    Agent, ContributorComponent, DshHome, HostLimits, LoadError, Registry, RegistryError, SharedEngine,
-    ToolExecution, Trust,
+    Agent, ContributorComponent, DshHome, HostLimits, LoadError, Registry, RegistryError,
+    SharedEngine, ToolExecution, Trust,
 };
 use dsh_env::{LoadFrom, LoadOptions};
 

@@ -23,7 +23,7 @@ use dsh_env::{
 };
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_harness::LocalExecutor;
-use dsh_env_harness::tool::{BashOutcome, BashTool};
+use dsh_env_harness::tool::{BashTool, ShellRun};
 use dsh_env_tests::leak::{contributors, rss_kib};
 use dsh_env_tests::{agent_call, artifacts, puppet, registry, registry_with};
 use serde_json::json;
@@ -307,8 +307,8 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
                     });
                     let outcome = tool.call(&execution, &arguments).await.unwrap();
                     let output = match outcome {
-                        BashOutcome::Finished(output) => output,
-                        BashOutcome::Started(handle) => handle.wait().await.unwrap(),
+                        ShellRun::Finished(output) => output,
+                        ShellRun::Started(handle) => handle.wait().await.unwrap(),
                     };
                     let session = &execution.agent.as_ref().unwrap().session_id;
                     let expected = format!("{} {session}", execution.call_id);
@@ -425,7 +425,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
         assert_eq!(overlay.get("DSH_HOARDED"), Some("20"));
         assert_eq!(registry.runtime().guest_descriptors(), 0);
         let spawned = tool.call(&no_agent, &json!({"command": "true"})).await;
-        assert!(matches!(spawned, Ok(BashOutcome::Finished(ref out)) if out.exit_code == Some(0)));
+        assert!(matches!(spawned, Ok(ShellRun::Finished(ref out)) if out.exit_code == Some(0)));
     });
 }
 

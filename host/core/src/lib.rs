@@ -39,8 +39,8 @@ mod cache;
 mod compile;
 mod load_error;
 // Instances and calls.
-mod shared_engine;
 mod sandbox;
+mod shared_engine;
 // Loading: cache, compiler and tiering.
 mod loader;
 // Registration and collection.
@@ -61,7 +61,7 @@ pub use dsh_env_store::{
 };
 pub use dsh_env_support::input::{FileError, ReadProblem};
 pub use engine::{
-    Allocator, PAGEMAP_RESET, EngineError, Tiering, WASMTIME_VERSION, resets_in_place,
+    Allocator, EngineError, PAGEMAP_RESET, Tiering, WASMTIME_VERSION, resets_in_place,
 };
 pub use environment::{
     CredentialFamily, EnvError, EnvRule, EnvironmentPolicy, Inherit, NamePattern, PolicyError,
@@ -81,10 +81,10 @@ pub use registry::{
     ContributorError, ContributorListing, FailureCause, KeyListing, LoadFrom, LoadOptions,
     NativeContributor, Registration, Registry, RegistryBuilder, RegistryError,
 };
-pub use shared_engine::SharedEngine;
 pub use sandbox::{
     CallTrace, CodeTier, ContractVersion, ContributorComponent, GuestFailure, supported_contracts,
 };
+pub use shared_engine::SharedEngine;
 pub use signature::{KeyId, SignatureError, Signer, Trust};
 pub use spec::{
     ContributorEntry, ContributorSource, ContributorSpec, CwdGrant, Grants, GrantsEntry, HostEnv,

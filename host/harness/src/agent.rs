@@ -20,9 +20,7 @@ use crate::hooks::{
     HookBlocked, HookContext, HookDecision, HookEvent, HookRun, HookVerdict, Hooks,
 };
 use crate::session::{Event, Session, SessionError, SessionStore};
-use crate::tool::{
-    BASH_TOOL_NAME, BashOutcome, BashTool, BashToolError, Called, model_text, refused,
-};
+use crate::tool::{BASH_TOOL_NAME, BashTool, BashToolError, Called, ShellRun, model_text, refused};
 use dsh_env::ToolExecution;
 
 pub use crate::hooks::HOOK_TOOL_NAME;
@@ -295,7 +293,7 @@ impl<M: Model, E: ShellExecutor + Clone> AgentLoop<M, E> {
     /// started in the background is kept, to wait for.
     fn bash_result(&mut self, call_id: &str, called: Called) -> (String, bool) {
         let text = model_text(&called);
-        if let Ok(BashOutcome::Started(handle)) = called {
+        if let Ok(ShellRun::Started(handle)) = called {
             self.background.push((call_id.to_string(), handle));
         }
         text

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use dsh_env::{
     Absence, ArtifactCache, CacheKey, CompileProgress, ContributorError, ContributorListing,
-    ContributorSpec, Culprit, DshHome, DshKey, EnvironmentPolicy, HomeContext, HomeError,
-    HomeSetting, HooksSetting, HostEnv, KeyListing, Manifest, ManifestError, Mode, Overlay,
-    Registration, Registry, RegistryError, SharedEngine, EngineError, Tiering, ToolExecution, Trust,
+    ContributorSpec, Culprit, DshHome, DshKey, EngineError, EnvironmentPolicy, HomeContext,
+    HomeError, HomeSetting, HooksSetting, HostEnv, KeyListing, Manifest, ManifestError, Mode,
+    Overlay, Registration, Registry, RegistryError, SharedEngine, Tiering, ToolExecution, Trust,
 };
 use dsh_env::{CollectOptions, LoadFrom, LoadOptions};
 use dsh_env_support::input::escape_controls;
@@ -60,7 +60,7 @@ pub enum HostErrorCode {
     /// The command could not be run.
     Exec,
     /// The runtime (engine, instance pool) could not be started.
-    SharedEngine,
+    Runtime,
     /// No home could be decided.
     Home,
     /// The contributor named is not registered (any more).

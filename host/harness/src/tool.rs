@@ -52,7 +52,7 @@ pub struct BashArguments {
 
 /// What a bash call produced.
 #[derive(Debug)]
-pub enum BashOutcome {
+pub enum ShellRun {
     /// A foreground command finished.
     Finished(ExecOutput),
     /// A background command started.
@@ -102,14 +102,14 @@ pub fn call_mode(arguments: &serde_json::Value) -> Mode {
 
 /// What one call of the tool gave: how its command ended or started, or
 /// why it did not run.
-pub type Called = Result<BashOutcome, BashToolError>;
+pub type Called = Result<ShellRun, BashToolError>;
 
 /// What a call gives the model: its output (stdout, then stderr, then how
 /// a failed command ended), a background start, or why it did not run;
 /// and whether that is an error.
 pub fn model_text(called: &Called) -> (String, bool) {
     match called {
-        Ok(BashOutcome::Finished(output)) => {
+        Ok(ShellRun::Finished(output)) => {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));
             let failed = output.exit_code != Some(0);
@@ -122,7 +122,7 @@ pub fn model_text(called: &Called) -> (String, bool) {
             }
             (text, failed)
         }
-        Ok(BashOutcome::Started(handle)) => (
+        Ok(ShellRun::Started(handle)) => (
             format!("started in the background (pid {:?})", handle.pid),
             false,
         ),
@@ -185,7 +185,7 @@ impl<E: ShellExecutor + Clone> BashTool<E> {
         &self,
         execution: &ToolExecution,
         arguments: &Value,
-    ) -> Result<BashOutcome, BashToolError> {
+    ) -> Result<ShellRun, BashToolError> {
         let outcome = self.run(execution, BASH_TOOL_NAME, arguments).await;
         match outcome {
             Ok(outcome) => outcome.output,
@@ -284,10 +284,10 @@ impl<E: ShellExecutor + Clone> BashRunner for ToolRunner<'_, E> {
         let called = match (refusal, mode) {
             (Some(refusal), _) => Err(refusal),
             (None, Mode::Foreground) => (executor.run(request).await)
-                .map(BashOutcome::Finished)
+                .map(ShellRun::Finished)
                 .map_err(|e| self.tool.exec_error(e)),
             (None, Mode::Background) => (executor.spawn_background(request))
-                .map(BashOutcome::Started)
+                .map(ShellRun::Started)
                 .map_err(|e| self.tool.exec_error(e)),
         };
         // Worded only for hooks: a tool without any has no one to read it.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dsh_env::ToolExecution;
 use dsh_env_harness::LocalExecutor;
-use dsh_env_harness::tool::{BashOutcome, BashTool};
+use dsh_env_harness::tool::{BashTool, ShellRun};
 use serde_json::json;
 
 use crate::setups::Setup;
@@ -104,7 +104,7 @@ impl Row {
                     tool.call(&execution, &arguments).await.unwrap()
                 };
                 timed(call, |outcome| {
-                    assert!(matches!(outcome, BashOutcome::Finished(o) if o.exit_code == Some(0)));
+                    assert!(matches!(outcome, ShellRun::Finished(o) if o.exit_code == Some(0)));
                 })
                 .await
             })

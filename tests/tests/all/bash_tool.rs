@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use dsh_env::{Agent, ToolExecution};
-use dsh_env_harness::tool::{BASH_TOOL_DESCRIPTION, BashOutcome, BashTool};
+use dsh_env_harness::tool::{BASH_TOOL_DESCRIPTION, BashTool, ShellRun};
 use dsh_env_tests::{agent_call, artifacts, puppet, registry};
 use serde_json::json;
 
@@ -48,7 +48,7 @@ async fn model_env_stdin_and_extra_fields_are_ignored() {
         .call(&agent_call("c1", "real-session"), &arguments)
         .await
         .unwrap();
-    assert!(matches!(outcome, BashOutcome::Finished(_)));
+    assert!(matches!(outcome, ShellRun::Finished(_)));
     let [(request, background)] = &tool.executor().taken()[..] else {
         panic!("one request")
     };
@@ -85,7 +85,7 @@ async fn foreground_and_background_calls_each_collect_their_own_snapshot() {
         )
         .await
         .unwrap();
-    let BashOutcome::Started(handle) = outcome else {
+    let ShellRun::Started(handle) = outcome else {
         panic!("background call should start")
     };
     handle.wait().await.unwrap();

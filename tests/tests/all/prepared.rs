@@ -14,7 +14,7 @@ use dsh_env::{
 };
 use dsh_env::{LoadFrom, LoadOptions};
 use dsh_env_harness::LocalExecutor;
-use dsh_env_harness::tool::{BashOutcome, BashTool};
+use dsh_env_harness::tool::{BashTool, ShellRun};
 use dsh_env_tests::{agent_call, agent_call_in, artifacts, echo, puppet, registry, registry_with};
 
 use crate::traces::Recorder;
@@ -123,7 +123,7 @@ async fn every_bash_tool_call_gets_a_fresh_instance() {
         let call = format!("tool-{i}");
         let command = json!({ "command": "printf %s-%s \"$DSH_SERVED\" \"$DSH_CALL\"" });
         let outcome = tool.call(&agent_call(&call, "s"), &command).await.unwrap();
-        let BashOutcome::Finished(output) = outcome else {
+        let ShellRun::Finished(output) = outcome else {
             panic!("a foreground call finishes");
         };
         assert_eq!(

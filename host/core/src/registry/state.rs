@@ -10,8 +10,8 @@ use crate::execution::ToolExecution;
 use crate::home::DshHome;
 use crate::limits::Limits;
 use crate::loader::Loader;
-use crate::shared_engine::SharedEngine;
 use crate::sandbox::{ContributorComponent, Prepared};
+use crate::shared_engine::SharedEngine;
 use crate::signature::Trust;
 use crate::spec::OnError;
 

@@ -164,7 +164,7 @@ const MAX_RETIRED: usize = 32;
 /// one of these threads, never the caller's runtime or its blocking pool.
 struct GuestIo {
     /// `None` only while dropping.
-    runtime: Option<SharedEngine>,
+    runtime: Option<Runtime>,
     /// Such calls that may run at once.
     calls: Arc<Semaphore>,
 }
