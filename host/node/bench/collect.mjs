@@ -24,7 +24,14 @@
 //            reference's tool runtime, bash tool and local executor, with no
 //            plugin contributor, with the six examples, and with 8 Rust
 //            contributors (agent-lineage and 7 echo guests) through the
-//            plugin.
+//            plugin;
+//   hook-claude-code / hook-codex / hook-gemini  the agent CLIs' per-call
+//            hook with the six examples: the command `dsh-env setup <harness>`
+//            wrote, started as the harness starts it (`sh -c`, the hook input
+//            on stdin), from process start to its answer;
+//   opencode-plugin  the plugin `dsh-env setup opencode` wrote, imported and
+//            called as OpenCode calls its `shell.env` hook: one `dsh-env serve`
+//            kept alive across calls.
 // The harness-* rows wait 1 ms (untimed) between calls, as a harness runs
 // its command between two collects: the next call's instances are made then.
 // Ratios are against `js` and `hook` in the same run; never a timed assertion.
@@ -51,6 +58,8 @@ import { execution, guest, openRegistry, target } from '../test/fixture.mjs';
 
 const run = promisify(execFile);
 const profile = process.argv.includes('--profile') ? process.argv[process.argv.indexOf('--profile') + 1] : 'debug';
+/** The agent CLIs whose per-call hook is a command `dsh-env setup` writes. */
+const hookHarnesses = ['claude-code', 'codex', 'gemini'];
 const examples = resolve(fileURLToPath(new URL('.', import.meta.url)), '../../../contributors/examples.toml');
 
 /** p50 and p99 of `call`, timed; `between` runs untimed after each call. */
@@ -118,6 +127,7 @@ const rows = [
   ),
 ];
 rows.push(...(await harnessRows()));
+rows.push(...(await agentCliRows()));
 const by = Object.fromEntries(rows.map((row) => [row.name, row]));
 const verdict = {
   addon_p50_us: by.addon.p50,
@@ -136,6 +146,10 @@ const verdict = {
   tool_six_within_1_05: by['tool-six'].p50 / by['tool-none'].p50 <= 1.05,
   tool_wasm_8_over_none: by['tool-wasm-8'].p50 / by['tool-none'].p50,
   tool_wasm_8_within_1_05: by['tool-wasm-8'].p50 / by['tool-none'].p50 <= 1.05,
+  hook_p50_ms: Object.fromEntries(hookHarnesses.map((h) => [h, by[`hook-${h}`].p50 / 1000])),
+  hooks_within_10ms: hookHarnesses.every((h) => by[`hook-${h}`].p50 <= 10_000),
+  opencode_plugin_p50_ms: by['opencode-plugin'].p50 / 1000,
+  opencode_plugin_within_10ms: by['opencode-plugin'].p50 <= 10_000,
 };
 if (process.argv.includes('--json')) {
   console.log(JSON.stringify({ rows, verdict }));
@@ -245,4 +259,84 @@ async function harnessRows() {
     median(toolRows.six),
     median(toolRows.eight),
   ];
+}
+
+/**
+ * The agent CLIs' rows: each harness's configuration written by `dsh-env
+ * setup` into a scratch home, then the hook it names run per call as the
+ * harness runs it. The six examples, their code compiled (warm cache).
+ */
+async function agentCliRows() {
+  const dshEnv = join(target, profile, 'dsh-env');
+  const user = mkdtempSync(join(tmpdir(), 'dsh-env-bench-user-'));
+  const env = { ...process.env, HOME: user, CODEX_HOME: join(user, '.codex'), XDG_CONFIG_HOME: join(user, '.config') };
+  const setup = (harness) =>
+    execFileSync(dshEnv, ['setup', harness, '--manifest', examples, '--home', home], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  const configs = {
+    'claude-code': join(user, '.claude/settings.json'),
+    codex: join(user, '.codex/hooks.json'),
+    gemini: join(user, '.gemini/settings.json'),
+  };
+  const workdir = mkdtempSync(join(tmpdir(), 'dsh-env-bench-cli-'));
+  const inputs = {
+    'claude-code': (i) => ({
+      session_id: 'bench-claude', transcript_path: '/t.jsonl', cwd: workdir, hook_event_name: 'PreToolUse',
+      tool_name: 'Bash', tool_input: { command: 'true', description: 'bench' }, tool_use_id: `toolu_${i}`,
+    }),
+    codex: (i) => ({
+      session_id: 'bench-codex', turn_id: 't', transcript_path: null, cwd: workdir, hook_event_name: 'PreToolUse',
+      model: 'm', permission_mode: 'default', tool_name: 'Bash', tool_input: { command: 'true' }, tool_use_id: `call_${i}`,
+    }),
+    gemini: () => ({
+      session_id: 'bench-gemini', transcript_path: '/t', cwd: workdir, hook_event_name: 'BeforeTool',
+      timestamp: '2026-12-05T00:00:00Z', tool_name: 'run_shell_command', tool_input: { command: 'true', dir_path: '.' },
+    }),
+  };
+  const rows = [];
+  for (const harness of hookHarnesses) {
+    setup(harness);
+    const command = hookCommand(JSON.parse(readFileSync(configs[harness], 'utf8')));
+    const once = async (i) => {
+      const answer = await spawnWithInput('/bin/sh', ['-c', command], JSON.stringify(inputs[harness](i)), { env, cwd: workdir });
+      if (!answer.includes('DSH_TRACEPARENT')) throw new Error(`${harness}'s hook gave no overlay: ${answer}`);
+    };
+    rows.push(await measure(`hook-${harness}`, 200, once));
+  }
+
+  setup('opencode');
+  const { DshEnv: plugin } = await import(join(user, '.config/opencode/plugin/dsh-env.js'));
+  const hooks = await plugin();
+  // The plugin unrefs its server, as OpenCode's exit must not wait for it:
+  // this keeps the bench's process alive while it waits for an answer.
+  const alive = setInterval(() => {}, 1000);
+  const shellEnv = async (i) => {
+    const output = { env: {} };
+    await hooks['shell.env']({ sessionID: 'bench-opencode', callID: `call_${i}`, cwd: workdir }, output);
+    if (!output.env.DSH_TRACEPARENT) throw new Error(`the OpenCode plugin gave no overlay: ${JSON.stringify(output)}`);
+  };
+  rows.push(await measure('opencode-plugin', 2000, shellEnv));
+  await hooks.dispose();
+  clearInterval(alive);
+  return rows;
+}
+
+/** The `dsh-env hook` command in a harness's configuration document. */
+function hookCommand(document) {
+  if (typeof document === 'string') return document.includes(' hook ') ? document : undefined;
+  if (document === null || typeof document !== 'object') return undefined;
+  for (const value of Object.values(document)) {
+    const found = hookCommand(value);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/** Runs `file` with `input` on its stdin; resolves to its stdout, rejects on a failure. */
+function spawnWithInput(file, args, input, options) {
+  return new Promise((resolve, reject) => {
+    const child = execFile(file, args, options, (error, stdout, stderr) =>
+      error ? reject(new Error(`${error.message}${stderr}`)) : resolve(stdout),
+    );
+    child.stdin.end(input);
+  });
 }
