@@ -16,11 +16,15 @@
 //! shows to the model. The command never runs without its keys. Hooks of
 //! the dsh-env manifest are not run: the harness runs its own.
 
+mod server;
+
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use dsh_env::ToolExecution;
+use dsh_env_harness::host::Host;
 use dsh_env_support::input::{MAX_HOOKS_BYTES, escape_controls, read_capped, utf8};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::failure::{CliResult, Failure};
@@ -34,6 +38,9 @@ pub(crate) struct Args {
     harness: Harness,
     #[command(flatten)]
     setup: Setup,
+    /// Be the kept-alive server the hook starts (internal).
+    #[arg(long, hide = true)]
+    serve: bool,
 }
 
 /// What Claude Code, Codex and Gemini CLI send a tool hook (the fields read).
@@ -66,43 +73,116 @@ struct Call {
 }
 
 /// Answers the harness on stdout; exit 0 whenever an answer was given,
-/// blocking or not.
+/// blocking or not. The answer comes from the kept-alive server when one
+/// answers ([`server`]), else from this process, which then starts one.
 pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
+    if args.serve {
+        return server::serve(args).await;
+    }
     let harness = args.harness;
-    let answer = match answer(&args).await {
-        Ok(Some(answer)) => answer,
-        // Not a shell call: nothing to change.
-        Ok(None) => return Ok(ExitCode::SUCCESS),
-        Err(failure) => {
-            let reason = format!("dsh-env: {}", failure.message.replace('\n', " "));
-            blocked(harness, &escape_controls(&reason))
+    let reply = match read_input() {
+        Err(failure) => Reply::blocked(harness, &failure),
+        Ok(input) => {
+            let endpoint = server::Endpoint::for_this_process(&args.setup);
+            match endpoint.as_ref().map(|e| e.ask(harness, &input)) {
+                Some(Ok(reply)) => {
+                    tracing::info!("answered by the hook server");
+                    reply
+                }
+                unreached => {
+                    let reply = respond(harness, &input, Hosts::Once(&args.setup)).await;
+                    if let (Some(endpoint), Some(Err(server::Unreached::Absent))) =
+                        (&endpoint, unreached)
+                    {
+                        endpoint.start(harness, &args.setup);
+                        tracing::info!("answered here, and started a hook server");
+                    }
+                    reply
+                }
+            }
         }
     };
-    println!("{answer}");
+    for warning in &reply.warnings {
+        eprintln!("dsh-env: warning: {}", escape_controls(warning));
+    }
+    if let Some(answer) = reply.answer {
+        println!("{answer}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The hook input on stdin.
+fn read_input() -> CliResult<String> {
+    read_capped(std::io::stdin().lock(), MAX_HOOKS_BYTES)
+        .and_then(utf8)
+        .map_err(|e| Failure::config(format!("cannot read the hook input from stdin: {e}")))
+}
+
+/// What the hook says: the answer for the harness (none when the input is
+/// not a shell call) and warnings for stderr.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Reply {
+    answer: Option<Value>,
+    warnings: Vec<String>,
+}
+
+impl Reply {
+    /// The answer that blocks the call, naming `failure`.
+    fn blocked(harness: Harness, failure: &Failure) -> Reply {
+        let reason = format!("dsh-env: {}", failure.message.replace('\n', " "));
+        Reply {
+            answer: Some(blocked(harness, &escape_controls(&reason))),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// Where [`respond`] gets its host.
+enum Hosts<'a> {
+    /// Opened for this one answer.
+    Once(&'a Setup),
+    /// The server's, kept while its files stay as they were.
+    Kept(&'a server::Kept),
+}
+
+impl Hosts<'_> {
+    async fn host(&self) -> CliResult<Arc<Host>> {
+        match self {
+            Hosts::Once(setup) => Ok(Arc::new(setup.open(Uses::once()).await?.host)),
+            Hosts::Kept(kept) => kept.host().await,
+        }
+    }
+}
+
+/// The reply to `input`: the call allowed with the overlay, or blocked.
+async fn respond(harness: Harness, input: &str, hosts: Hosts<'_>) -> Reply {
+    answer(harness, input, hosts)
+        .await
+        .unwrap_or_else(|failure| Reply::blocked(harness, &failure))
 }
 
 /// The answer that lets the call run with the overlay, `None` when the input
 /// is not a shell call.
-async fn answer(args: &Args) -> CliResult<Option<Value>> {
-    let text = read_capped(std::io::stdin().lock(), MAX_HOOKS_BYTES)
-        .and_then(utf8)
-        .map_err(|e| Failure::config(format!("cannot read the hook input from stdin: {e}")))?;
-    let Some(call) = map_input(args.harness, &text)? else {
-        return Ok(None);
+async fn answer(harness: Harness, input: &str, hosts: Hosts<'_>) -> CliResult<Reply> {
+    let Some(call) = map_input(harness, input)? else {
+        return Ok(Reply {
+            answer: None,
+            warnings: Vec::new(),
+        });
     };
-    let host = args.setup.open(Uses::once()).await?.host;
+    let host = hosts.host().await?;
     let collection = host.collect(&call.execution).await?;
-    for omitted in &collection.omitted {
-        eprintln!(
-            "dsh-env: warning: omitted: {}",
-            escape_controls(&omitted.to_string())
-        );
-    }
+    let warnings = (collection.omitted.iter())
+        .map(|omitted| format!("omitted: {omitted}"))
+        .collect();
     let changes = EnvChanges::new(std::env::vars_os(), host.environment(), &collection.overlay)
         .map_err(Failure::runtime)?;
+    let reply = |answer| Reply {
+        answer: Some(answer),
+        warnings,
+    };
     let Some(mut tool_input) = call.tool_input else {
-        return Ok(Some(json!({"set": changes.set, "unset": changes.unset})));
+        return Ok(reply(json!({"set": changes.set, "unset": changes.unset})));
     };
     let line = changes.shell_line().map_err(Failure::runtime)?;
     let command = tool_input
@@ -110,7 +190,7 @@ async fn answer(args: &Args) -> CliResult<Option<Value>> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     let rewritten = format!("{line}\n{command}");
-    Ok(Some(match args.harness {
+    Ok(reply(match harness {
         Harness::Gemini => json!({"hookSpecificOutput": {"tool_input": {"command": rewritten}}}),
         harness => {
             tool_input.insert("command".into(), Value::String(rewritten));

@@ -4,6 +4,7 @@
 
 mod progress;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -174,6 +175,18 @@ impl Setup {
     /// contributors registered, the hooks read. What fails is a
     /// configuration error (exit 2), but for a runtime that cannot start.
     pub(crate) async fn open(&self, uses: Uses<'_>) -> CliResult<Opened> {
+        let found = self.find(uses.approval)?;
+        self.open_found(found, uses).await
+    }
+
+    /// The manifest these flags and the working directory lead to, as
+    /// [`manifests::find`] finds it.
+    pub(crate) fn find(&self, approval: Approval) -> CliResult<Found> {
+        manifests::find(self.manifest.as_deref(), self.home.as_deref(), approval)
+    }
+
+    /// [`Setup::open`] with the manifest already found.
+    pub(crate) async fn open_found(&self, found: Found, uses: Uses<'_>) -> CliResult<Opened> {
         let tiering = if self.optimize {
             Tiering::Optimized
         } else {
@@ -183,11 +196,7 @@ impl Setup {
             manifest,
             considered,
             hooks,
-        } = manifests::find(
-            self.manifest.as_deref(),
-            self.home.as_deref(),
-            uses.approval,
-        )?;
+        } = found;
         let mut config = HostConfig::new(manifest, tiering);
         config.registry = registry_config(self.home.as_deref(), tiering)?;
         config.hooks = uses
@@ -198,6 +207,26 @@ impl Setup {
             host: Host::open(config).await?,
             manifests: considered,
         })
+    }
+
+    /// `--home`, as given.
+    pub(crate) fn home_flag(&self) -> Option<&str> {
+        self.home.as_deref()
+    }
+
+    /// These flags as arguments, to start another `dsh-env` with them.
+    pub(crate) fn args(&self) -> Vec<OsString> {
+        let mut args = Vec::new();
+        if let Some(manifest) = &self.manifest {
+            args.extend([OsString::from("--manifest"), manifest.clone().into()]);
+        }
+        if let Some(home) = &self.home {
+            args.extend([OsString::from("--home"), home.into()]);
+        }
+        if self.optimize {
+            args.push("--optimize".into());
+        }
+        args
     }
 }
 

@@ -437,3 +437,115 @@ fn setup_refuses_a_config_that_does_not_parse_and_leaves_it_untouched() {
         assert_eq!(read(&settings).unwrap(), broken);
     }
 }
+
+/// `dsh-env -v hook claude-code` fed `input`, with `env` besides the
+/// harness's: its answer, and what it says on stderr of the server.
+fn hook_verbose(f: &Fixture, m: &str, input: &Value, env: &[(&str, &str)]) -> (Value, String) {
+    let args = [
+        "-v",
+        "hook",
+        "claude-code",
+        "--manifest",
+        m,
+        "--home",
+        &f.home(),
+    ];
+    let env: Vec<(&str, &str)> = HARNESS_ENV.iter().chain(env).copied().collect();
+    let output = output_within(
+        f.command(&args, &env),
+        Stdio::piped(),
+        Some(input.to_string().into_bytes()),
+    );
+    (json(&output), stderr(&output))
+}
+
+/// The pids of the hook servers serving `f`'s home.
+fn hook_servers(f: &Fixture) -> Vec<u32> {
+    let home = f.home();
+    (std::fs::read_dir("/proc").unwrap().flatten())
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            (args.contains(&b"--serve".as_slice()) && args.contains(&home.as_bytes()))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Polls `done` every 50 ms for up to ten seconds.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed().as_secs() < 10, "{what}: not within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environments() {
+    let f = Fixture::new();
+    let m = manifest(&f, &probing_puppet());
+    let input = claude_input(&f, PROBE);
+    let (first, said) = hook_verbose(&f, &m, &input, &[]);
+    assert!(said.contains("started a hook server"), "{said}");
+    assert_probe(
+        &bash(&f, &updated_command(&first), "hello\n"),
+        "sess-claude",
+        "toolu_01",
+    );
+    let run = Path::new(&f.home()).join("run");
+    eventually("the server's socket", || {
+        std::fs::read_dir(&run).is_ok_and(|mut dir| dir.next().is_some())
+    });
+
+    // The same answer, from the server.
+    let (second, said) = hook_verbose(&f, &m, &input, &[]);
+    assert!(said.contains("answered by the hook server"), "{said}");
+    assert_eq!(second, first);
+
+    // A changed manifest is opened again before the answer.
+    let changed = "[contributor.config]\nkeys = \"DSH_ROOT_CALL_ID=the call|DSH_PROBE=changed\"\n\
+                   pairs = \"DSH_ROOT_CALL_ID={call}|DSH_PROBE=now this\"\n";
+    let m = manifest(&f, changed);
+    let (third, said) = hook_verbose(&f, &m, &input, &[]);
+    assert!(said.contains("answered by the hook server"), "{said}");
+    assert!(
+        updated_command(&third).contains("DSH_PROBE='now this'"),
+        "{third}"
+    );
+
+    // A component replaced under the same path is loaded again: the
+    // puppet's file becomes call-trace's, which gives no DSH_PROBE.
+    let puppet = f.path("puppet.wasm");
+    std::fs::copy(PUPPET, &puppet).unwrap();
+    let own = |component: &Path| {
+        format!(
+            "[[contributor]]\npath = {component:?}\n{}",
+            probing_puppet()
+        )
+    };
+    let m = f.write("own.toml", &own(&puppet)).display().to_string();
+    let (_, said) = hook_verbose(&f, &m, &input, &[]);
+    assert!(said.contains("started a hook server"), "{said}");
+    eventually("the second server", || hook_servers(&f).len() == 2);
+    std::fs::copy(CALL_TRACE, &puppet).unwrap();
+    let (replaced, said) = hook_verbose(&f, &m, &input, &[]);
+    assert!(said.contains("answered by the hook server"), "{said}");
+    let command = updated_command(&replaced);
+    assert!(
+        !command.contains("DSH_PROBE=") && command.contains("DSH_TRACEPARENT="),
+        "{command}"
+    );
+
+    // Another environment is not answered by a server started in this one:
+    // its credential is unset too.
+    let (other, said) = hook_verbose(&f, &m, &input, &[("OTHER_TOKEN", "t")]);
+    assert!(!said.contains("answered by the hook server"), "{said}");
+    assert!(updated_command(&other).contains("OTHER_TOKEN"), "{other}");
+    eventually("its own server", || hook_servers(&f).len() == 3);
+
+    // Servers stop when their socket goes.
+    std::fs::remove_dir_all(&run).unwrap();
+    eventually("the servers' exit", || hook_servers(&f).is_empty());
+}
