@@ -28,7 +28,10 @@
 //   hook-claude-code / hook-codex / hook-gemini  the agent CLIs' per-call
 //            hook with the six examples: the command `dsh-env setup <harness>`
 //            wrote, started as the harness starts it (`sh -c`, the hook input
-//            on stdin), from process start to its answer;
+//            on stdin), from process start to its answer: answered by the
+//            hook server the first call started (the six kept loaded);
+//   hook-claude-code-alone  the same with DSH_ENV_HOOK_SERVER=off: each
+//            hook process opens the manifest and loads the six itself;
 //   opencode-plugin  the plugin `dsh-env setup opencode` wrote, imported and
 //            called as OpenCode calls its `shell.env` hook: one `dsh-env serve`
 //            kept alive across calls.
@@ -39,7 +42,7 @@
 // (`--profile`: the cargo profile whose `dsh-env` and compile helper it
 // uses, as the addon beside index.js was built; default `debug`).
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -148,6 +151,7 @@ const verdict = {
   tool_wasm_8_within_1_05: by['tool-wasm-8'].p50 / by['tool-none'].p50 <= 1.05,
   hook_p50_ms: Object.fromEntries(hookHarnesses.map((h) => [h, by[`hook-${h}`].p50 / 1000])),
   hooks_within_10ms: hookHarnesses.every((h) => by[`hook-${h}`].p50 <= 10_000),
+  hook_alone_over_server: by['hook-claude-code-alone'].p50 / by['hook-claude-code'].p50,
   opencode_plugin_p50_ms: by['opencode-plugin'].p50 / 1000,
   opencode_plugin_within_10ms: by['opencode-plugin'].p50 <= 10_000,
 };
@@ -302,6 +306,19 @@ async function agentCliRows() {
     };
     rows.push(await measure(`hook-${harness}`, 200, once));
   }
+  {
+    const command = hookCommand(JSON.parse(readFileSync(configs['claude-code'], 'utf8')));
+    const alone = { ...env, DSH_ENV_HOOK_SERVER: 'off' };
+    const input = inputs['claude-code'];
+    rows.push(
+      await measure('hook-claude-code-alone', 200, async (i) => {
+        const answer = await spawnWithInput('/bin/sh', ['-c', command], JSON.stringify(input(i)), { env: alone, cwd: workdir });
+        if (!answer.includes('DSH_TRACEPARENT')) throw new Error(`the hook gave no overlay: ${answer}`);
+      }),
+    );
+  }
+  // The hook servers exit when their socket goes.
+  rmSync(join(home, 'run'), { recursive: true, force: true });
 
   setup('opencode');
   const { DshEnv: plugin } = await import(join(user, '.config/opencode/plugin/dsh-env.js'));

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use dsh_env::{HostEnv, Manifest, Tiering};
+use dsh_env::{HostEnv, Manifest};
 use dsh_env_harness::host::Host;
 use dsh_env_support::digest::sha256_hex;
 use dsh_env_support::input::MAX_HOOKS_BYTES;
@@ -276,9 +276,10 @@ impl Kept {
         }
         // The old host goes before the new one loads.
         *current = None;
+        // Compiled as the hook's own process would (`--optimize` for
+        // Cranelift): a background tier-up would put a compile on the
+        // machine beside the harness at every start.
         let uses = Uses {
-            // Long-lived: optimized code replaces the baseline when ready.
-            tiering: Tiering::Background,
             prepare_ahead: true,
             ..Uses::once()
         };

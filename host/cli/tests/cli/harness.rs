@@ -495,9 +495,8 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
         "toolu_01",
     );
     let run = Path::new(&f.home()).join("run");
-    eventually("the server's socket", || {
-        std::fs::read_dir(&run).is_ok_and(|mut dir| dir.next().is_some())
-    });
+    let sockets = || std::fs::read_dir(&run).map_or(0, Iterator::count);
+    eventually("the server's socket", || sockets() == 1);
 
     // The same answer, from the server.
     let (second, said) = hook_verbose(&f, &m, &input, &[]);
@@ -528,7 +527,7 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
     let m = f.write("own.toml", &own(&puppet)).display().to_string();
     let (_, said) = hook_verbose(&f, &m, &input, &[]);
     assert!(said.contains("started a hook server"), "{said}");
-    eventually("the second server", || hook_servers(&f).len() == 2);
+    eventually("the second server", || sockets() == 2);
     std::fs::copy(CALL_TRACE, &puppet).unwrap();
     let (replaced, said) = hook_verbose(&f, &m, &input, &[]);
     assert!(said.contains("answered by the hook server"), "{said}");
@@ -543,9 +542,20 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
     let (other, said) = hook_verbose(&f, &m, &input, &[("OTHER_TOKEN", "t")]);
     assert!(!said.contains("answered by the hook server"), "{said}");
     assert!(updated_command(&other).contains("OTHER_TOKEN"), "{other}");
-    eventually("its own server", || hook_servers(&f).len() == 3);
+    eventually("its own server", || sockets() == 3);
+    assert_eq!(hook_servers(&f).len(), 3);
 
     // Servers stop when their socket goes.
     std::fs::remove_dir_all(&run).unwrap();
-    eventually("the servers' exit", || hook_servers(&f).is_empty());
+    eventually("the servers' exit", || {
+        let left = hook_servers(&f);
+        for pid in &left {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            eprintln!(
+                "{pid}: {}",
+                status.lines().take(3).collect::<Vec<_>>().join(" ")
+            );
+        }
+        left.is_empty()
+    });
 }
