@@ -38,20 +38,28 @@ impl Harness {
 }
 
 /// The execution of one shell call a harness is about to make: the bash
-/// tool, called as `call_id` in session `session_id` working in `cwd`. It
-/// goes through the reference harness's JSON shape, so that every check an
-/// execution file gets (control characters, an absolute cwd) applies.
+/// tool, called as `call_id` in session `session_id` working in `cwd`, by
+/// the subagent `subagent` of that session if a subagent makes it (its own
+/// session, one delegation below). It goes through the reference harness's
+/// JSON shape, so that every check an execution file gets (control
+/// characters, an absolute cwd) applies.
 pub(crate) fn execution(
     call_id: &str,
     session_id: &str,
+    subagent: Option<&str>,
     cwd: Option<&str>,
     background: bool,
 ) -> Result<ToolExecution, ExecutionJsonError> {
+    let header = match subagent {
+        None => json!({"id": session_id, "cwd": cwd}),
+        Some(agent) => json!({"id": agent, "cwd": cwd, "parentSession": session_id,
+            "delegationDepth": 1}),
+    };
     let json = json!({
         "callId": call_id,
         "name": "bash",
         "arguments": {"run_in_background": background},
-        "agent": {"session": {"header": {"id": session_id, "cwd": cwd}}},
+        "agent": {"session": {"header": header}},
     });
     Ok(serde_json::from_value::<ToolExecution>(json)?)
 }

@@ -51,6 +51,8 @@ struct ToolHookInput {
     tool_name: Option<String>,
     /// Claude Code's and Codex's id of the call; Gemini CLI sends none.
     tool_use_id: Option<String>,
+    /// Claude Code's id of the subagent making the call, if one does.
+    agent_id: Option<String>,
     tool_input: Map<String, Value>,
 }
 
@@ -220,6 +222,7 @@ fn map_input(harness: Harness, text: &str) -> CliResult<Option<Call>> {
         let execution = execution(
             &input.call_id,
             &input.session_id,
+            None,
             input.cwd.as_deref(),
             false,
         )
@@ -273,8 +276,17 @@ fn map_input(harness: Harness, text: &str) -> CliResult<Option<Call>> {
             (id, input.cwd.clone(), flag("run_in_background"))
         }
     };
-    let execution = execution(&call_id, &input.session_id, cwd.as_deref(), background)
-        .map_err(bad_execution)?;
+    // Only Claude Code names a subagent (an empty id is none).
+    let subagent =
+        (input.agent_id.as_deref()).filter(|id| harness == Harness::ClaudeCode && !id.is_empty());
+    let execution = execution(
+        &call_id,
+        &input.session_id,
+        subagent,
+        cwd.as_deref(),
+        background,
+    )
+    .map_err(bad_execution)?;
     Ok(Some(Call {
         execution,
         tool_input: Some(input.tool_input),

@@ -559,3 +559,27 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
         left.is_empty()
     });
 }
+
+#[test]
+fn hook_claude_code_gives_a_subagents_call_its_own_session_under_the_harness_session() {
+    let f = Fixture::new();
+    let m = f.path("manifest.toml").display().to_string();
+    let mut input = claude_input(&f, "true");
+    let main = updated_command(&json(&hook(&f, "claude-code", &m, &input)));
+    assert!(
+        main.contains("DSH_AGENT_DEPTH=0 ") && main.contains("DSH_SESSION_ID=sess-claude "),
+        "{main}"
+    );
+    assert!(!main.contains("DSH_PARENT_SESSION_ID"), "{main}");
+    // Claude Code 2.1 adds `agent_id` and `agent_type` inside a subagent.
+    input["agent_id"] = json!("a1b2c3");
+    input["agent_type"] = json!("general-purpose");
+    let sub = updated_command(&json(&hook(&f, "claude-code", &m, &input)));
+    for expected in [
+        "DSH_AGENT_DEPTH=1 ",
+        "DSH_PARENT_SESSION_ID=sess-claude ",
+        "DSH_SESSION_ID=a1b2c3 ",
+    ] {
+        assert!(sub.contains(expected), "{expected} in {sub}");
+    }
+}
