@@ -8,9 +8,9 @@
 //!
 //! - Its socket is named by a digest of everything an answer can depend on
 //!   that is not a file: this executable, the working directory, the
-//!   flags and the whole environment. A process that differs in any of
-//!   them reaches another server (or none), and the server checks the
-//!   digest it is sent.
+//!   flags and the environment (but `_`, which shells set to the command
+//!   they start). A process that differs in any of them reaches another
+//!   server (or none), and the server checks the digest it is sent.
 //! - Before each answer it finds the manifest again (approval included) and
 //!   stats every component and signature file that manifest names; when
 //!   any differs from what its host was opened with, it opens the host
@@ -26,7 +26,7 @@
 //! replaced.
 
 use std::fs::{self, DirBuilder};
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::UnixStream;
@@ -129,7 +129,9 @@ impl Endpoint {
         };
         let failed = |_| Unreached::Failed;
         stream.set_read_timeout(Some(ANSWER_WAIT)).map_err(failed)?;
-        serde_json::to_writer(&mut stream, &request).map_err(|_| Unreached::Failed)?;
+        // One write: the server wakes once for the request.
+        let request = serde_json::to_vec(&request).map_err(|_| Unreached::Failed)?;
+        stream.write_all(&request).map_err(failed)?;
         stream.shutdown(std::net::Shutdown::Write).map_err(failed)?;
         let mut text = Vec::new();
         stream.read_to_end(&mut text).map_err(failed)?;
@@ -175,7 +177,7 @@ fn own_uid() -> u32 {
 
 /// The digest of what an answer depends on besides the files the server
 /// checks: this executable's file, the version, the working directory,
-/// `setup`'s flags and the environment, sorted.
+/// `setup`'s flags and the environment (but `_`), sorted.
 fn key(setup: &Setup) -> Option<String> {
     let exe = fs::metadata(dsh_env::os::own_image().ok()?).ok()?;
     let cwd = std::env::current_dir().ok()?;
@@ -192,7 +194,10 @@ fn key(setup: &Setup) -> Option<String> {
         cwd.as_os_str().as_bytes().to_vec(),
     ];
     parts.extend(setup.args().iter().map(|arg| arg.as_bytes().to_vec()));
+    // But `_`, which a shell sets to the command it starts (the hook, or a
+    // wrapper around it), and which nothing reads.
     let mut env: Vec<(Vec<u8>, Vec<u8>)> = std::env::vars_os()
+        .filter(|(name, _)| name != "_")
         .map(|(name, value)| (name.as_bytes().to_vec(), value.as_bytes().to_vec()))
         .collect();
     env.sort();
