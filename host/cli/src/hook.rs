@@ -174,6 +174,10 @@ async fn answer(harness: Harness, input: &str, hosts: Hosts<'_>) -> CliResult<Re
     };
     let host = hosts.host().await?;
     let collection = host.collect(&call.execution).await?;
+    if let Hosts::Kept(_) = hosts {
+        // The next call's instances, made while the harness runs this one.
+        host.prepare_next();
+    }
     let warnings = (collection.omitted.iter())
         .map(|omitted| format!("omitted: {omitted}"))
         .collect();

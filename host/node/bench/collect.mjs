@@ -38,7 +38,8 @@
 // The harness-* rows wait 1 ms (untimed) between calls, as a harness runs
 // its command between two collects: the next call's instances are made then.
 // Ratios are against `js` and `hook` in the same run; never a timed assertion.
-// Run after `npm run build`: `node bench/collect.mjs [--json] [--profile perf]`
+// Run after `npm run build`: `node bench/collect.mjs [--json] [--profile perf] [--agent-clis]`
+// (`--agent-clis`: only the agent CLIs' rows, first in a full run too)
 // (`--profile`: the cargo profile whose `dsh-env` and compile helper it
 // uses, as the addon beside index.js was built; default `debug`).
 import { execFile, execFileSync } from 'node:child_process';
@@ -95,6 +96,15 @@ for (const name of ['agent_lineage', 'echo']) {
 }
 execFileSync(join(target, profile, 'dsh-env'), ['list', '--manifest', examples, '--home', home], { stdio: 'ignore' });
 
+// The agent CLIs' rows first, while this process is small: the harness's
+// own cost of starting a process (a fork of a big process is slower) is
+// not the hook's, and this process holds registries' reservations later.
+const agentRows = await agentCliRows();
+if (process.argv.includes('--agent-clis')) {
+  for (const row of agentRows) console.log(`| ${row.name} | ${row.iterations} | ${row.p50.toFixed(1)} | ${row.p99.toFixed(1)} |`);
+  process.exit(0);
+}
+
 const made = Array.from({ length: 20200 }, (_, i) => execution(`call-${i}`, 'child', 'parent'));
 const calls = (i) => made[i];
 const empty = openRegistry({ home });
@@ -130,7 +140,7 @@ const rows = [
   ),
 ];
 rows.push(...(await harnessRows()));
-rows.push(...(await agentCliRows()));
+rows.push(...agentRows);
 const by = Object.fromEntries(rows.map((row) => [row.name, row]));
 const verdict = {
   addon_p50_us: by.addon.p50,

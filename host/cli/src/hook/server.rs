@@ -289,6 +289,7 @@ impl Kept {
             ..Uses::once()
         };
         let host = Arc::new(self.setup.open_found(found, uses).await?.host);
+        host.prepare_next();
         *current = Some((opened, Arc::clone(&host)));
         Ok(host)
     }
