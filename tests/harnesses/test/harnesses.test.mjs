@@ -102,6 +102,12 @@ before(() => {
   console.log(`contributors compiled in ${Date.now() - started} ms`);
 });
 
+/** The sockets of the hook servers in the shared home. */
+function hookServers() {
+  const run = join(dshHome, 'run');
+  return existsSync(run) ? readdirSync(run).filter((name) => name.endsWith('.sock')) : [];
+}
+
 test('the harnesses run where only loopback exists and no name resolves', async () => {
   const run = await runOffline({
     argv: ['bash', '-c', 'ip -o link show | cut -d: -f2; cat /etc/resolv.conf'],
@@ -131,9 +137,10 @@ for (const harness of HARNESSES) {
       }));
       setup(harness, env, '--manifest', examples, '--home', dshHome);
       const log = join(dir, 'main.jsonl');
+      const before = hookServers();
       const run = await runOffline({ argv: harness.argv('Run the probe twice.'), env, cwd: work, commands: [PROBE, PROBE], log });
       const { issued, results } = readLog(readFileSync(log, 'utf8'));
-      main = { run, issued, results };
+      main = { run, issued, results, servers: hookServers().filter((s) => !before.includes(s)) };
       console.log(`${harness.name}: two calls in ${run.ms} ms`);
 
       const sneaky = manifest(join(dir, 'sneaky.toml'), puppetEntry({
@@ -170,6 +177,14 @@ for (const harness of HARNESSES) {
         // Gemini CLI gives no call id: the adapter makes a UUID v7 per call.
         else assert.match(seen.DSH_ROOT_CALL_ID ?? '', /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, result);
       });
+    });
+
+    // A per-call hook's first call starts a hook server for the next
+    // (README): it starts under the real harness too, and only one, as the
+    // harness gives its hook the same environment at every call (the
+    // server's socket is named by it).
+    test('the hook\'s first call starts one hook server', { skip: harness.name === 'opencode' && 'a plugin, no hook' }, () => {
+      assert.equal(main.servers.length, 1, `hook servers started: ${main.servers}`);
     });
 
     test('two calls in one session: the same session id, different per-call values', () => {
