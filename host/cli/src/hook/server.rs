@@ -59,7 +59,8 @@ const IDLE: Duration = Duration::from_secs(600);
 /// How often a server checks its socket and its idle time.
 const TICK: Duration = Duration::from_secs(1);
 /// How long a hook waits for the server's answer before answering itself
-/// (a changed manifest makes the server compile).
+/// (a changed manifest makes the server compile), and a server for a
+/// hook's request.
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
 /// The largest request: the hook input and the rest of the request.
 const MAX_REQUEST: u64 = MAX_HOOKS_BYTES + 4096;
@@ -367,12 +368,9 @@ async fn answer(mut stream: tokio::net::UnixStream, kept: &Kept, key: &str) {
         return;
     }
     let mut text = Vec::new();
-    if (&mut stream)
-        .take(MAX_REQUEST)
-        .read_to_end(&mut text)
-        .await
-        .is_err()
-    {
+    // A hook that sends no end is dropped, not waited for while idle.
+    let read = (&mut stream).take(MAX_REQUEST).read_to_end(&mut text);
+    if !matches!(tokio::time::timeout(ANSWER_WAIT, read).await, Ok(Ok(_))) {
         return;
     }
     let request: Option<Request> = serde_json::from_slice(&text).ok();

@@ -502,6 +502,9 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
     let (second, said) = hook_verbose(&f, &m, &input, &[]);
     assert!(said.contains("answered by the hook server"), "{said}");
     assert_eq!(second, first);
+    // `_`, which a shell sets to the command it starts, is not part of it.
+    let (_, said) = hook_verbose(&f, &m, &input, &[("_", "/usr/bin/env")]);
+    assert!(said.contains("answered by the hook server"), "{said}");
 
     // A changed manifest is opened again before the answer.
     let changed = "[contributor.config]\nkeys = \"DSH_ROOT_CALL_ID=the call|DSH_PROBE=changed\"\n\
