@@ -369,7 +369,8 @@ async fn answer(mut stream: tokio::net::UnixStream, kept: &Kept, key: &str) {
     }
     let mut text = Vec::new();
     // A hook that sends no end is dropped, not waited for while idle.
-    let read = (&mut stream).take(MAX_REQUEST).read_to_end(&mut text);
+    let mut limited = (&mut stream).take(MAX_REQUEST);
+    let read = limited.read_to_end(&mut text);
     if !matches!(tokio::time::timeout(ANSWER_WAIT, read).await, Ok(Ok(_))) {
         return;
     }
