@@ -36,7 +36,7 @@ pub fn registry() -> Registry {
 /// test that sets what the registry is built with (tiering, compiler,
 /// progress).
 pub fn builder(home: DshHome) -> dsh_env::RegistryBuilder {
-    Registry::builder(home).runtime(runtime())
+    Registry::builder(home).shared_engine(runtime())
 }
 
 /// A registry like [`registry`] that registers only what `trust` admits.
@@ -57,7 +57,10 @@ pub fn registry_at(home: impl AsRef<std::path::Path>) -> Registry {
 pub fn registry_with(host_limits: HostLimits) -> Registry {
     let home = DshHome::from_absolute(HOME.as_ref()).unwrap();
     let runtime = SharedEngine::with_host_limits(host_limits).unwrap();
-    Registry::builder(home).runtime(&runtime).build().unwrap()
+    Registry::builder(home)
+        .shared_engine(&runtime)
+        .build()
+        .unwrap()
 }
 
 /// The puppet guest, configured by `config` (see tests/guests/puppet).

@@ -336,12 +336,12 @@ fn the_soak_holds_under_churn_and_hostile_contributors() {
         // A store retired by the last calls may close its files a moment
         // later, off this task (it once read 1 under load): a leak stays.
         let settle = Instant::now();
-        while registry.runtime().guest_descriptors() > 0
+        while registry.shared_engine().guest_descriptors() > 0
             && settle.elapsed() < Duration::from_secs(5)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(registry.runtime().guest_descriptors(), 0);
+        assert_eq!(registry.shared_engine().guest_descriptors(), 0);
         (served, peak, elapsed)
     });
     drop(runtime);
@@ -404,7 +404,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
             let (registry, execution) = (registry.clone(), execution.clone());
             async move { registry.collect(&execution, &CollectOptions::new()).await }
         });
-        while registry.runtime().guest_descriptors() < 20 {
+        while registry.shared_engine().guest_descriptors() < 20 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // A spawn that needs any new descriptor now fails with EMFILE.
@@ -423,7 +423,7 @@ fn a_spawn_out_of_descriptors_names_the_guests_holding_them() {
         );
         let overlay = holding.await.unwrap().unwrap().overlay;
         assert_eq!(overlay.get("DSH_HOARDED"), Some("20"));
-        assert_eq!(registry.runtime().guest_descriptors(), 0);
+        assert_eq!(registry.shared_engine().guest_descriptors(), 0);
         let spawned = tool.call(&no_agent, &json!({"command": "true"})).await;
         assert!(matches!(spawned, Ok(ShellRun::Finished(ref out)) if out.exit_code == Some(0)));
     });

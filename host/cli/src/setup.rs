@@ -145,7 +145,7 @@ pub(crate) fn registry_config(
         cache_max_bytes: Some(cache_max_bytes()?),
         compiler,
         tiering,
-        runtime: None,
+        shared_engine: None,
         compile_progress,
     })
 }

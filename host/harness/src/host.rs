@@ -267,9 +267,9 @@ pub struct RegistryConfig {
     pub compiler: Option<PathBuf>,
     /// How a component missing from the cache is compiled.
     pub tiering: Tiering,
-    /// A runtime shared with other registries of the process (default: one
-    /// of the registry's own).
-    pub runtime: Option<SharedEngine>,
+    /// An engine and runtime shared with other registries of the process
+    /// (default: one of the registry's own).
+    pub shared_engine: Option<SharedEngine>,
     /// Told of each compile, e.g. to show progress on a terminal.
     pub compile_progress: Option<Arc<dyn CompileProgress>>,
 }
@@ -325,8 +325,8 @@ impl RegistryConfig {
             .cache(cache)
             .trust(trust)
             .tiering(self.tiering);
-        if let Some(runtime) = &self.runtime {
-            builder = builder.runtime(runtime);
+        if let Some(shared) = &self.shared_engine {
+            builder = builder.shared_engine(shared);
         }
         if let Some(compiler) = &self.compiler {
             builder = builder.compiler(compiler);

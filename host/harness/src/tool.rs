@@ -237,9 +237,13 @@ impl<E: ShellExecutor + Clone> BashTool<E> {
         if !exhausted {
             return BashToolError::Exec(err);
         }
-        let holders: Vec<String> = (self.registry().runtime().descriptor_holders().into_iter())
-            .map(|(name, count)| format!("`{}`: {count}", escape_controls(&name)))
-            .collect();
+        let holders: Vec<String> = (self
+            .registry()
+            .shared_engine()
+            .descriptor_holders()
+            .into_iter())
+        .map(|(name, count)| format!("`{}`: {count}", escape_controls(&name)))
+        .collect();
         BashToolError::OutOfDescriptors {
             source: err,
             holders: if holders.is_empty() {

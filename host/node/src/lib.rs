@@ -223,7 +223,7 @@ impl NodeRegistry {
                 // A harness lives for a session: Winch code at once,
                 // Cranelift's when it is ready.
                 tiering: Tiering::Background,
-                runtime: Some(runtime()?.clone()),
+                shared_engine: Some(runtime()?.clone()),
                 ..RegistryConfig::default()
             },
             trust,

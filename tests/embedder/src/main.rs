@@ -52,7 +52,7 @@ async fn run(home: &Path, puppet: &Path) -> Result<(), Box<dyn std::error::Error
     println!("resets in place: {}", dsh_env::resets_in_place());
     let runtime = SharedEngine::new()?;
     let registry = Registry::builder(DshHome::from_absolute(home)?)
-        .runtime(&runtime)
+        .shared_engine(&runtime)
         .compiler(std::env::current_exe()?)
         .build()?;
     let config = BTreeMap::from([

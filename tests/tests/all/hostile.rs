@@ -868,7 +868,7 @@ async fn an_instances_memories_count_against_its_limit_together() {
     );
     registry.prepare().await; // drops finished stores
     assert_eq!(
-        registry.runtime().guest_memory(),
+        registry.shared_engine().guest_memory(),
         0,
         "a failed instance keeps nothing"
     );
@@ -945,7 +945,7 @@ async fn all_live_instances_share_one_memory_budget() {
     assert!(refused >= 1 && served >= 1, "{results:?}");
     assert_eq!(refused + served, 4, "{results:?}");
     assert_eq!(
-        registry.runtime().guest_memory(),
+        registry.shared_engine().guest_memory(),
         0,
         "every store gave its memory back"
     );
@@ -977,8 +977,14 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
             )
             .await
             .unwrap();
-        assert!(registry.runtime().retired_memory() <= cap, "call {call}");
-        assert!(registry.runtime().guest_memory() <= cap, "call {call}");
+        assert!(
+            registry.shared_engine().retired_memory() <= cap,
+            "call {call}"
+        );
+        assert!(
+            registry.shared_engine().guest_memory() <= cap,
+            "call {call}"
+        );
     }
     drop(big);
     let small = puppet(&registry, &[("name", "small"), ("keys", "DSH_SMALL=s")]);
@@ -989,7 +995,7 @@ async fn finished_stores_hold_a_bounded_amount_of_memory() {
         .await
         .unwrap();
     assert!(
-        registry.runtime().retired_memory() > 0,
+        registry.shared_engine().retired_memory() > 0,
         "a small finished store still waits to be dropped off the caller's path"
     );
 }
@@ -1076,7 +1082,7 @@ async fn a_guest_cannot_hoard_descriptors() {
         message.starts_with(&format!("handle limit of {cap} exceeded")),
         "{message}"
     );
-    assert_eq!(registry.runtime().guest_descriptors(), 0);
+    assert_eq!(registry.shared_engine().guest_descriptors(), 0);
     let spawned = LocalExecutor
         .run(ShellExecRequest::new(
             "true",
@@ -1111,7 +1117,7 @@ async fn guests_share_one_descriptor_cap() {
         panic!("expected the guest's own error, got {err}")
     };
     assert!(message.starts_with("opened 10, then"), "{message}");
-    assert_eq!(registry.runtime().guest_descriptors(), 0);
+    assert_eq!(registry.shared_engine().guest_descriptors(), 0);
     assert_healthy(&registry).await;
 }
 
@@ -1171,7 +1177,7 @@ async fn files_the_model_controls_cannot_block_a_guest() {
     let read = format!("read:{}", path("plain"));
     let overlay = in_cwd(&registry, dir.path(), &read, patient).await.unwrap();
     assert_eq!(overlay.get("DSH_OUT"), Some("plain text"));
-    assert_eq!(registry.runtime().guest_descriptors(), 0);
+    assert_eq!(registry.shared_engine().guest_descriptors(), 0);
 }
 
 /// The git-context example, with `.git/HEAD` made a FIFO by the model:

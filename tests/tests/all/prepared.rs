@@ -185,7 +185,7 @@ async fn instances_made_ahead_never_take_every_pool_slot() {
 async fn only_a_preparing_caller_leaves_finished_stores_to_drop_later() {
     let registry = registry_with(HostLimits::default());
     let _counter = counter(&registry).await;
-    let runtime = registry.runtime();
+    let runtime = registry.shared_engine();
     for call in 0..3 {
         (registry
             .collect(

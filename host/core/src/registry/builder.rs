@@ -21,7 +21,7 @@ use super::state::{Inner, Registry};
 #[must_use = "a builder does nothing until `build`"]
 pub struct RegistryBuilder {
     home: DshHome,
-    runtime: Option<SharedEngine>,
+    shared_engine: Option<SharedEngine>,
     cache: Option<ArtifactCache>,
     trust: Trust,
     tiering: Tiering,
@@ -33,7 +33,7 @@ impl fmt::Debug for RegistryBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegistryBuilder")
             .field("home", &self.home)
-            .field("runtime", &self.runtime)
+            .field("shared_engine", &self.shared_engine)
             .field("cache", &self.cache)
             .field("trust", &self.trust)
             .field("tiering", &self.tiering)
@@ -44,10 +44,10 @@ impl fmt::Debug for RegistryBuilder {
 }
 
 impl RegistryBuilder {
-    /// Runs the contributors in `runtime` (shared with other registries of
-    /// the process) instead of a runtime of the registry's own.
-    pub fn runtime(mut self, runtime: &SharedEngine) -> Self {
-        self.runtime = Some(runtime.clone());
+    /// Runs the contributors in `shared` (an engine and runtime shared with
+    /// other registries of the process) instead of one of the registry's own.
+    pub fn shared_engine(mut self, shared: &SharedEngine) -> Self {
+        self.shared_engine = Some(shared.clone());
         self
     }
 
@@ -96,7 +96,7 @@ impl RegistryBuilder {
     /// The registry, empty. It fails only when it must make a runtime of
     /// its own and cannot.
     pub fn build(self) -> Result<Registry, EngineError> {
-        let runtime = match self.runtime {
+        let runtime = match self.shared_engine {
             Some(runtime) => runtime,
             None => SharedEngine::new()?,
         };
@@ -124,12 +124,12 @@ impl Registry {
     /// A builder for a registry whose overlays carry `home` as `DSH_HOME`.
     /// Unless told otherwise it runs in a runtime of its own (an embedder
     /// with more than one registry should share one,
-    /// [`RegistryBuilder::runtime`]), keeps precompiled components under
+    /// [`RegistryBuilder::shared_engine`]), keeps precompiled components under
     /// `home/cache`, trusts nobody, and compiles with Cranelift.
     pub fn builder(home: DshHome) -> RegistryBuilder {
         RegistryBuilder {
             home,
-            runtime: None,
+            shared_engine: None,
             cache: None,
             trust: Trust::default(),
             tiering: Tiering::default(),
@@ -148,8 +148,8 @@ impl Registry {
         &self.inner.home
     }
 
-    /// The runtime this registry runs its contributors in.
-    pub fn runtime(&self) -> &SharedEngine {
+    /// The engine and runtime this registry runs its contributors in.
+    pub fn shared_engine(&self) -> &SharedEngine {
         &self.inner.runtime
     }
 
