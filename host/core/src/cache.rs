@@ -68,6 +68,7 @@ use crate::engine::engine_tag;
 use crate::load_error::LoadErrorKind;
 use dsh_env_support::atomic_file;
 use dsh_env_support::digest::{self, hex, sha256_hex};
+use dsh_env_support::file_version::FileVersion;
 use dsh_env_support::input::escape_controls;
 
 use evict::is_digest;
@@ -263,7 +264,7 @@ impl ArtifactCache {
         let loaded = self.load_keyed(engine, &bytes, &tag, bounds, compile)?;
         // Alias only a file that did not change while it was read.
         if let Some(alias) = alias
-            && Identity::of(path) == before
+            && FileVersion::of(path) == before
             && let Err(err) = self.write_record(&alias, loaded.content.as_bytes())
         {
             tracing::warn!("cannot store cache alias {}: {err}", alias.display());
@@ -288,11 +289,11 @@ impl ArtifactCache {
 
     /// The file's identity now (when the cache is usable), and the alias
     /// that names the content of the file at `path` with that identity.
-    fn alias(&self, path: &Path, tag: &str) -> (Option<Identity>, Option<PathBuf>) {
-        let before = Identity::of(path).filter(|_| self.usable().is_some());
+    fn alias(&self, path: &Path, tag: &str) -> (Option<FileVersion>, Option<PathBuf>) {
+        let before = FileVersion::of(path).filter(|_| self.usable().is_some());
         let alias = before.as_ref().and_then(|identity| {
             let path = fs::canonicalize(path).ok()?;
-            let key = Sha256::digest(format!("{}\n{}", path.display(), identity.0));
+            let key = Sha256::digest(format!("{}\n{}", path.display(), identity.as_str()));
             Some(self.dir.join(format!("{}-{tag}.alias", hex(&key))))
         });
         (before, alias)
@@ -533,8 +534,8 @@ impl ArtifactCache {
             );
             return None;
         }
-        let identity = Identity::of(&entry.artifact)?;
-        if identity.0 != sealed {
+        let identity = FileVersion::of(&entry.artifact)?;
+        if identity.as_str() != sealed {
             // Written since it was sealed: trust the bytes only if they match.
             let artifact = fs::read(&entry.artifact).ok()?;
             if digest::verify(&artifact, digest).is_err() {
@@ -544,8 +545,8 @@ impl ArtifactCache {
                 );
                 return None;
             }
-            let resealed = Identity::of(&entry.artifact)?;
-            let seal = format!("{digest} {} {}", resealed.0, entry.stem);
+            let resealed = FileVersion::of(&entry.artifact)?;
+            let seal = format!("{digest} {} {}", resealed.as_str(), entry.stem);
             if let Err(err) = self.write_record(&entry.seal, seal.as_bytes()) {
                 tracing::warn!("cannot reseal {}: {err}", entry.artifact.display());
             }
@@ -568,10 +569,10 @@ impl ArtifactCache {
     fn store(&self, entry: &Entry, artifact: &[u8]) -> std::io::Result<()> {
         atomic_file::write(&entry.artifact, artifact)?;
         evict_from_page_cache(&entry.artifact);
-        let identity = Identity::of(&entry.artifact)
+        let identity = FileVersion::of(&entry.artifact)
             .ok_or_else(|| std::io::Error::other("the artifact vanished after writing"))?;
         let digest = sha256_hex(artifact);
-        let seal = format!("{digest} {} {}", identity.0, entry.stem);
+        let seal = format!("{digest} {} {}", identity.as_str(), entry.stem);
         self.write_record(&entry.seal, seal.as_bytes())?;
         // Bounded work: one listing of the directory, and removals.
         self.evict_after_write();
@@ -711,27 +712,6 @@ pub(super) fn only_ours(dir: &Path, sticky_will_do: bool) -> Result<(), String> 
         ));
     }
     Ok(())
-}
-
-/// What tells one version of a file from another without reading it: any
-/// write, truncation, replacement or `touch` changes a field.
-#[derive(Debug, PartialEq, Eq)]
-struct Identity(String);
-
-impl Identity {
-    fn of(path: &Path) -> Option<Identity> {
-        let m = fs::metadata(path).ok()?;
-        Some(Identity(format!(
-            "{}:{}:{}:{}.{}:{}.{}",
-            m.dev(),
-            m.ino(),
-            m.len(),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec()
-        )))
-    }
 }
 
 impl ArtifactCache {
