@@ -95,8 +95,8 @@ pub(crate) async fn run(args: Args) -> CliResult<ExitCode> {
                     let reply = respond(harness, &input, Hosts::Once(&args.setup)).await;
                     if let (Some(endpoint), Some(Err(server::Unreached::Absent))) =
                         (&endpoint, unreached)
+                        && endpoint.start(harness, &args.setup)
                     {
-                        endpoint.start(harness, &args.setup);
                         tracing::info!("answered here, and started a hook server");
                     }
                     reply
@@ -174,10 +174,6 @@ async fn answer(harness: Harness, input: &str, hosts: Hosts<'_>) -> CliResult<Re
     };
     let host = hosts.host().await?;
     let collection = host.collect(&call.execution).await?;
-    if let Hosts::Kept(_) = hosts {
-        // The next call's instances, made while the harness runs this one.
-        host.prepare_next();
-    }
     let warnings = (collection.omitted.iter())
         .map(|omitted| format!("omitted: {omitted}"))
         .collect();

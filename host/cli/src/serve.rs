@@ -69,7 +69,7 @@ const LINES_AHEAD: usize = 4;
 /// Requests (batch members included) running or waiting to be written at
 /// once. Each may hold its line (up to [`MAX_LINE_BYTES`]) and an `exec`'s
 /// output (up to 1 MiB per stream), and a `register` a compile process.
-const MAX_IN_FLIGHT: usize = 16;
+pub(crate) const MAX_IN_FLIGHT: usize = 16;
 
 /// Names in `exec`'s `env` at most: each costs a map entry beside its bytes,
 /// so this bounds what typing `env` adds to the request's line.

@@ -34,22 +34,24 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use dsh_env::{HostEnv, Manifest};
 use dsh_env_harness::host::Host;
 use dsh_env_support::digest::sha256_hex;
+use dsh_env_support::file_version::FileVersion;
 use dsh_env_support::input::MAX_HOOKS_BYTES;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
 
 use super::{Args, Hosts, Reply, respond};
 use crate::failure::CliResult;
 use crate::harness::Harness;
 use crate::home::resolve_home;
 use crate::manifests::Approval;
+use crate::serve::MAX_IN_FLIGHT;
 use crate::setup::{Setup, Uses};
 
 /// Set to `off`, the hook never asks nor starts a server.
@@ -64,6 +66,12 @@ const TICK: Duration = Duration::from_secs(1);
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
 /// The largest request: the hook input and the rest of the request.
 const MAX_REQUEST: u64 = MAX_HOOKS_BYTES + 4096;
+/// The largest reply a hook reads: the input rewritten, with an overlay
+/// (each contributor's output is capped by its limits) and the scrub.
+const MAX_REPLY: u64 = 16 << 20;
+/// Hook servers one home runs at once (one per environment, directory and
+/// flags a hook is started with); past them, hooks answer themselves.
+const MAX_SERVERS: usize = 8;
 
 /// Where a hook process reaches the server that would answer as it does.
 pub(super) struct Endpoint {
@@ -130,12 +138,15 @@ impl Endpoint {
         };
         let failed = |_| Unreached::Failed;
         stream.set_read_timeout(Some(ANSWER_WAIT)).map_err(failed)?;
+        stream
+            .set_write_timeout(Some(ANSWER_WAIT))
+            .map_err(failed)?;
         // One write: the server wakes once for the request.
         let request = serde_json::to_vec(&request).map_err(|_| Unreached::Failed)?;
         stream.write_all(&request).map_err(failed)?;
         stream.shutdown(std::net::Shutdown::Write).map_err(failed)?;
         let mut text = Vec::new();
-        stream.read_to_end(&mut text).map_err(failed)?;
+        (stream.take(MAX_REPLY).read_to_end(&mut text)).map_err(failed)?;
         match serde_json::from_slice(&text) {
             Ok(Response::Reply(reply)) => Ok(reply),
             _ => Err(Unreached::Failed),
@@ -143,20 +154,50 @@ impl Endpoint {
     }
 
     /// Starts a server for this endpoint, detached: its own process group,
-    /// no stdio. Best effort: without one, hooks answer themselves.
-    pub(super) fn start(&self, harness: Harness, setup: &Setup) {
-        let Ok(exe) = dsh_env::os::own_image() else {
-            return;
+    /// no stdio; unless the home runs [`MAX_SERVERS`] already. Best effort:
+    /// without one, hooks answer themselves. Whether it started one.
+    pub(super) fn start(&self, harness: Harness, setup: &Setup) -> bool {
+        let Some(dir) = self.path.parent() else {
+            return false;
         };
-        let _ = Command::new(exe)
+        if live_servers(dir) >= MAX_SERVERS {
+            return false;
+        }
+        let Ok(exe) = dsh_env::os::own_image() else {
+            return false;
+        };
+        Command::new(exe)
             .args(["hook", harness.name(), "--serve"])
             .args(setup.args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
-            .spawn();
+            .spawn()
+            .is_ok()
     }
+}
+
+/// The hook servers listening in `dir`; the socket of one that is gone (a
+/// server killed before it could remove it) is removed. A live one takes
+/// the connection as a request with no key (and counts it as activity).
+fn live_servers(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let sockets = (entries.flatten())
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "sock"));
+    let mut live = 0;
+    for socket in sockets {
+        match UnixStream::connect(&socket) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                let _ = fs::remove_file(&socket);
+            }
+            _ => live += 1,
+        }
+    }
+    live
 }
 
 /// `dir`, created if absent (the home too, as the registry would), when it
@@ -219,25 +260,15 @@ fn key(setup: &Setup) -> Option<String> {
 #[derive(PartialEq)]
 struct Opened {
     manifest: Option<Manifest>,
-    files: Vec<(PathBuf, Option<FileStamp>)>,
-}
-
-/// What tells a file's content changed without reading it.
-#[derive(PartialEq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
+    files: Vec<(PathBuf, Option<FileVersion>)>,
 }
 
 impl Opened {
-    /// `manifest`, with the component and signature files it names as they
-    /// are now.
-    fn now(manifest: Option<Manifest>) -> Opened {
+    /// `manifest`, with the component and signature files it names (under
+    /// `host_env`) as they are now.
+    fn now(manifest: Option<Manifest>, host_env: &HostEnv) -> Opened {
         let specs = (manifest.as_ref())
-            .and_then(|manifest| manifest.specs(&HostEnv::from_process()).ok())
+            .and_then(|manifest| manifest.specs(host_env).ok())
             .unwrap_or_default();
         let files = (specs.iter())
             .flat_map(|spec| {
@@ -248,14 +279,8 @@ impl Opened {
                 component.into_iter().chain(spec.signature.clone())
             })
             .map(|path| {
-                let stamp = fs::metadata(&path).ok().map(|meta| FileStamp {
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                    size: meta.size(),
-                    mtime: (meta.mtime(), meta.mtime_nsec()),
-                    ctime: (meta.ctime(), meta.ctime_nsec()),
-                });
-                (path, stamp)
+                let version = FileVersion::of(&path);
+                (path, version)
             })
             .collect();
         Opened { manifest, files }
@@ -265,6 +290,8 @@ impl Opened {
 /// The server's host, kept while what it was opened with stays the same.
 pub(super) struct Kept {
     setup: Setup,
+    /// This process's environment, which the key says is the hooks' too.
+    host_env: HostEnv,
     current: tokio::sync::Mutex<Option<(Opened, Arc<Host>)>>,
 }
 
@@ -273,7 +300,7 @@ impl Kept {
     /// when the manifest found or a file it names changed.
     pub(super) async fn host(&self) -> CliResult<Arc<Host>> {
         let found = self.setup.find(Approval::Required)?;
-        let opened = Opened::now(found.manifest.clone());
+        let opened = Opened::now(found.manifest.clone(), &self.host_env);
         let mut current = self.current.lock().await;
         if let Some((was, host)) = current.as_ref()
             && *was == opened
@@ -293,6 +320,13 @@ impl Kept {
         host.prepare_next();
         *current = Some((opened, Arc::clone(&host)));
         Ok(host)
+    }
+}
+
+impl Kept {
+    /// The host kept now, its files not looked at again.
+    async fn current_host(&self) -> Option<Arc<Host>> {
+        (self.current.lock().await.as_ref()).map(|(_, host)| Arc::clone(host))
     }
 }
 
@@ -327,26 +361,31 @@ pub(super) async fn serve(args: Args) -> CliResult<ExitCode> {
     };
     let kept = Arc::new(Kept {
         setup: args.setup,
+        host_env: HostEnv::from_process(),
         current: tokio::sync::Mutex::new(None),
     });
     let key: Arc<str> = endpoint.key.as_str().into();
-    let busy = Arc::new(AtomicUsize::new(0));
+    // At most MAX_IN_FLIGHT hooks answered at once, as `serve` has it; the
+    // others wait in the socket's backlog (and, after ANSWER_WAIT, answer
+    // themselves).
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut last = Instant::now();
     let mut tick = tokio::time::interval(TICK);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+            accepted = async {
+                (Arc::clone(&slots).acquire_owned().await, listener.accept().await)
+            } => {
+                let (Ok(slot), Ok((stream, _))) = accepted else { continue };
                 last = Instant::now();
-                busy.fetch_add(1, Ordering::SeqCst);
-                let (kept, key, busy) = (Arc::clone(&kept), Arc::clone(&key), Arc::clone(&busy));
+                let (kept, key) = (Arc::clone(&kept), Arc::clone(&key));
                 tokio::spawn(async move {
                     answer(stream, &kept, &key).await;
-                    busy.fetch_sub(1, Ordering::SeqCst);
+                    drop(slot);
                 });
             }
             _ = tick.tick() => {
-                if busy.load(Ordering::SeqCst) > 0 {
+                if slots.available_permits() < MAX_IN_FLIGHT {
                     last = Instant::now();
                 }
                 if !still_ours() || last.elapsed() > IDLE {
@@ -378,13 +417,20 @@ async fn answer(mut stream: tokio::net::UnixStream, kept: &Kept, key: &str) {
     let harness = (request.as_ref())
         .filter(|request| request.key == key)
         .and_then(|request| Harness::from_str(&request.harness, false).ok());
-    let response = match (request, harness) {
-        (Some(request), Some(harness)) => {
-            Response::Reply(respond(harness, &request.input, Hosts::Kept(kept)).await)
+    let (Some(request), Some(harness)) = (request, harness) else {
+        if let Ok(bytes) = serde_json::to_vec(&Response::Mismatch) {
+            let _ = stream.write_all(&bytes).await;
         }
-        _ => Response::Mismatch,
+        return;
     };
-    if let Ok(bytes) = serde_json::to_vec(&response) {
+    let reply = Response::Reply(respond(harness, &request.input, Hosts::Kept(kept)).await);
+    if let Ok(bytes) = serde_json::to_vec(&reply) {
         let _ = stream.write_all(&bytes).await;
+    }
+    drop(stream);
+    // The hook has its answer: make the next call's instances now, while
+    // the harness runs this one (as `serve` does).
+    if let Some(host) = kept.current_host().await {
+        host.prepare_next();
     }
 }

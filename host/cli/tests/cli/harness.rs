@@ -473,13 +473,18 @@ fn hook_servers(f: &Fixture) -> Vec<u32> {
         .collect()
 }
 
-/// Polls `done` every 50 ms for up to ten seconds.
+/// Polls `done` every 50 ms, up to [`BOUND`] (a hang guard, not a measure).
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !done() {
-        assert!(start.elapsed().as_secs() < 10, "{what}: not within 10 s");
+        assert!(start.elapsed() < BOUND, "{what}: not within {BOUND:?}");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The sockets in `f`'s home's `run/`.
+fn server_sockets(f: &Fixture) -> usize {
+    std::fs::read_dir(Path::new(&f.home()).join("run")).map_or(0, Iterator::count)
 }
 
 #[test]
@@ -495,7 +500,7 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
         "toolu_01",
     );
     let run = Path::new(&f.home()).join("run");
-    let sockets = || std::fs::read_dir(&run).map_or(0, Iterator::count);
+    let sockets = || server_sockets(&f);
     eventually("the server's socket", || sockets() == 1);
 
     // The same answer, from the server.
@@ -550,17 +555,7 @@ fn hook_answers_through_a_kept_server_that_sees_changed_files_and_other_environm
 
     // Servers stop when their socket goes.
     std::fs::remove_dir_all(&run).unwrap();
-    eventually("the servers' exit", || {
-        let left = hook_servers(&f);
-        for pid in &left {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            eprintln!(
-                "{pid}: {}",
-                status.lines().take(3).collect::<Vec<_>>().join(" ")
-            );
-        }
-        left.is_empty()
-    });
+    eventually("the servers' exit", || hook_servers(&f).is_empty());
 }
 
 #[test]
@@ -585,4 +580,39 @@ fn hook_claude_code_gives_a_subagents_call_its_own_session_under_the_harness_ses
     ] {
         assert!(sub.contains(expected), "{expected} in {sub}");
     }
+}
+
+#[test]
+fn hook_servers_of_one_home_are_bounded_and_a_killed_ones_socket_is_reclaimed() {
+    let f = Fixture::new();
+    let m = manifest(&f, &probing_puppet());
+    let input = claude_input(&f, "true");
+    let call = |n: usize| {
+        let n = n.to_string();
+        hook_verbose(&f, &m, &input, &[("HOOK_SERVER_TEST", &n)]).1
+    };
+    // Each environment its own server, up to eight.
+    for n in 0..8 {
+        let said = call(n);
+        assert!(said.contains("started a hook server"), "{n}: {said}");
+        eventually("the server's socket", || server_sockets(&f) == n + 1);
+    }
+    let said = call(8);
+    assert!(!said.contains("hook server"), "{said}");
+    assert_eq!(server_sockets(&f), 8);
+    // A server killed before it could remove its socket leaves room.
+    let killed = hook_servers(&f)[0];
+    let status = Command::new("kill")
+        .args(["-KILL", &killed.to_string()])
+        .status();
+    assert!(status.unwrap().success());
+    eventually("the kill", || !hook_servers(&f).contains(&killed));
+    let said = call(8);
+    assert!(said.contains("started a hook server"), "{said}");
+    // Its socket in place of the killed one's.
+    eventually("the new server", || {
+        server_sockets(&f) == 8 && hook_servers(&f).len() == 8
+    });
+    std::fs::remove_dir_all(Path::new(&f.home()).join("run")).unwrap();
+    eventually("the servers' exit", || hook_servers(&f).is_empty());
 }
