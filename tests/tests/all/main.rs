@@ -21,6 +21,7 @@ mod polyglot;
 mod prepared;
 mod recorder;
 mod registry;
+mod rounds;
 mod tiering;
 mod traces;
 mod trust;

@@ -17,6 +17,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::error::{ContributorError, FailureCause, KeysNote};
+use super::round::{Outcome, Stop};
 use super::state::{Entry, Registry, Resolver};
 
 /// An overlay, and the contributors left out of it under `on_error = "omit"`.
@@ -302,11 +303,18 @@ impl Registry {
             })?;
             overlay.insert(builtin(DSH_SESSION_ID), agent.session_id.clone());
         }
-        // Converted for the guests once, when the first one needs it.
-        let mut call = None;
-        for entry in snapshot.values() {
-            let mut trace = trace_for(entry, traced);
-            let resolved = (self.resolve_entry(entry, execution, &mut call, trace.as_mut())).await;
+        let outcomes = match snapshot.is_empty() {
+            true => Vec::new(),
+            false => {
+                let call = Call::new(execution);
+                (self.resolve_round(snapshot, call, traced, Stop::AtFailure)).await
+            }
+        };
+        // In name order, so the failure reported is the first in name order.
+        for (entry, outcome) in snapshot.values().zip(outcomes) {
+            let Some((resolved, trace)) = outcome else {
+                break;
+            };
             if let Some(trace) = trace {
                 traces.insert(entry.declaration.name().to_string(), trace);
             }
@@ -337,9 +345,10 @@ impl Registry {
         let Some(entry) = snapshot.get(name) else {
             return Ok(None);
         };
-        (self.collect_alone(entry, execution, &mut None, traced))
-            .await
-            .map(Some)
+        let mut trace = trace_for(entry, traced);
+        let call = Call::new(execution);
+        let resolved = (self.resolve_entry(entry, &call, trace.as_mut())).await;
+        alone(entry, (resolved, trace), execution).map(Some)
     }
 
     /// [`CollectOptions::each_alone`]'s collect.
@@ -349,58 +358,30 @@ impl Registry {
         traced: bool,
     ) -> Vec<(String, Result<Collection, ContributorError>)> {
         let snapshot = self.inner.snapshot();
-        let mut call = None;
-        let mut each = Vec::with_capacity(snapshot.len());
-        for (name, entry) in snapshot.iter() {
-            let alone = self
-                .collect_alone(entry, execution, &mut call, traced)
-                .await;
-            each.push((name.clone(), alone));
+        if snapshot.is_empty() {
+            return Vec::new();
         }
-        each
+        let call = Call::new(execution);
+        let outcomes = (self.resolve_round(&snapshot, call, traced, Stop::Never)).await;
+        let each = (snapshot.iter()).zip(outcomes);
+        // A round that never stops has every outcome.
+        let each = each.filter_map(|((name, entry), outcome)| {
+            Some((name.clone(), alone(entry, outcome?, execution)))
+        });
+        each.collect()
     }
 
-    /// `entry` alone, under its `on_error` policy (see
-    /// [`CollectOptions::only`]).
-    async fn collect_alone<'a>(
-        &self,
-        entry: &Entry,
-        execution: &'a ToolExecution,
-        call: &mut Option<Call<'a>>,
-        traced: bool,
-    ) -> Result<Collection, ContributorError> {
-        let mut trace = trace_for(entry, traced);
-        let resolved = (self.resolve_entry(entry, execution, call, trace.as_mut())).await;
-        let traces = (trace.into_iter())
-            .map(|trace| (entry.declaration.name().to_string(), trace))
-            .collect();
-        let (overlay, omitted): (BTreeMap<DshKey, String>, _) = match resolved {
-            Ok(checked) => (checked.into_iter().collect(), Vec::new()),
-            Err(err) if entry.on_error == OnError::Omit => {
-                tracing::warn!("omitted for call {}: {err}", execution.call_id);
-                (BTreeMap::new(), vec![err])
-            }
-            Err(err) => return Err(err),
-        };
-        Ok(Collection {
-            overlay: Overlay::from(overlay),
-            omitted,
-            traces,
-        })
-    }
-
-    /// One contributor's checked pairs for `execution`, in a fresh instance
-    /// (or the one made ahead), in a `contributor` span that names its call,
-    /// code tier and outcome; `call` is the execution in the guests' form,
-    /// made by the first guest that needs it; `trace` keeps what the call
-    /// showed, if given.
-    fn resolve_entry<'s, 'a: 's>(
+    /// One contributor's checked pairs for `call`'s execution, in a fresh
+    /// instance (or the one made ahead), in a `contributor` span that names
+    /// its call, code tier and outcome; `trace` keeps what the call showed,
+    /// if given.
+    pub(super) fn resolve_entry<'s>(
         &'s self,
         entry: &'s Entry,
-        execution: &'a ToolExecution,
-        call: &'s mut Option<Call<'a>>,
+        call: &'s Call,
         trace: Option<&'s mut CallTrace>,
     ) -> impl Future<Output = Result<Vec<(DshKey, String)>, ContributorError>> + 's {
+        let execution = call.execution();
         let span = tracing::info_span!(
             "contributor",
             call_id = execution.call_id.as_str(),
@@ -412,7 +393,7 @@ impl Registry {
             failure = Empty,
         );
         let on_error = entry.on_error;
-        let resolve = self.resolve_checked(entry, execution, call, trace);
+        let resolve = self.resolve_checked(entry, call, trace);
         in_span(span, resolve, move |span, result| {
             let Err(err) = result else {
                 span.record("outcome", "ok");
@@ -428,13 +409,13 @@ impl Registry {
     }
 
     /// The work of [`Registry::resolve_entry`], inside its span.
-    async fn resolve_checked<'a>(
+    async fn resolve_checked(
         &self,
         entry: &Entry,
-        execution: &'a ToolExecution,
-        call: &mut Option<Call<'a>>,
+        call: &Call,
         trace: Option<&mut CallTrace>,
     ) -> Result<Vec<(DshKey, String)>, ContributorError> {
+        let execution = call.execution();
         let fail = |cause: FailureCause| ContributorError {
             contributor: entry.declaration.name().to_string(),
             phase: Phase::Resolve,
@@ -471,7 +452,6 @@ impl Registry {
                     };
                     span.record("instance", made);
                 }
-                let call = call.get_or_insert_with(|| Call::new(execution));
                 (sandbox.resolve(&wasm.component, name, call, prepared, trace)).await
             }
             Resolver::Native(native) => {
@@ -490,9 +470,34 @@ impl Registry {
     }
 }
 
+/// `entry` alone, from its round's `outcome`, under its `on_error` policy
+/// (see [`CollectOptions::only`]).
+fn alone(
+    entry: &Entry,
+    (resolved, trace): Outcome,
+    execution: &ToolExecution,
+) -> Result<Collection, ContributorError> {
+    let traces = (trace.into_iter())
+        .map(|trace| (entry.declaration.name().to_string(), trace))
+        .collect();
+    let (overlay, omitted): (BTreeMap<DshKey, String>, _) = match resolved {
+        Ok(checked) => (checked.into_iter().collect(), Vec::new()),
+        Err(err) if entry.on_error == OnError::Omit => {
+            tracing::warn!("omitted for call {}: {err}", execution.call_id);
+            (BTreeMap::new(), vec![err])
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(Collection {
+        overlay: Overlay::from(overlay),
+        omitted,
+        traces,
+    })
+}
+
 /// A trace to fill for `entry`'s call, when `traced` and it is a WASM
 /// contributor (a native one shows nothing of itself).
-fn trace_for(entry: &Entry, traced: bool) -> Option<CallTrace> {
+pub(super) fn trace_for(entry: &Entry, traced: bool) -> Option<CallTrace> {
     (traced && matches!(entry.resolver, Resolver::Wasm(_))).then(CallTrace::default)
 }
 
@@ -500,7 +505,7 @@ fn trace_for(entry: &Entry, traced: bool) -> Option<CallTrace> {
 /// subscriber listens to it; otherwise `future` as it is, since
 /// `instrument` would enter and leave even a disabled span at every poll
 /// (the bench's 1-contributor row, BENCHMARKS.md).
-fn in_span<F: Future>(
+pub(super) fn in_span<F: Future>(
     span: Span,
     future: F,
     record: impl FnOnce(&Span, &F::Output),

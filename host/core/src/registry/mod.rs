@@ -12,6 +12,7 @@ mod builder;
 mod collection;
 mod error;
 mod registration;
+mod round;
 mod state;
 
 pub use absence::Absence;

@@ -147,6 +147,7 @@ impl Registry {
             ready: Mutex::default(),
             last_cwd: Mutex::default(),
             unsuitable: AtomicBool::new(false),
+            cost: Default::default(),
         }));
         self.insert(raw, resolver, limits, on_error)
     }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::declaration::{Declaration, RawDeclaration};
 use crate::execution::ToolExecution;
@@ -49,6 +50,32 @@ pub(super) struct WasmResolver {
     /// Set when the component cannot be prepared ahead (a failed
     /// instantiation), so it is not tried again.
     pub(super) unsuitable: AtomicBool,
+    /// What its calls took lately, for sharing a collect's work.
+    pub(super) cost: CallCost,
+}
+
+/// A moving average of one contributor's call times, in nanoseconds: each
+/// call weighs a quarter, so a few calls make it follow a change.
+#[derive(Default)]
+pub(super) struct CallCost(AtomicU64);
+
+impl CallCost {
+    /// Adds one call's time.
+    pub(super) fn record(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        // A lost update between two concurrent calls only loses a sample.
+        let before = self.0.load(Ordering::Relaxed);
+        let average = match before {
+            0 => took,
+            _ => before - before / 4 + took / 4,
+        };
+        self.0.store(average, Ordering::Relaxed);
+    }
+
+    /// What its next call is expected to take (zero before its first).
+    pub(super) fn expected(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
 }
 
 impl WasmResolver {

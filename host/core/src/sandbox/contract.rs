@@ -335,6 +335,11 @@ impl WitExecution {
         }
     }
 
+    /// The execution its forms are made from.
+    pub(super) fn execution(&self) -> &ToolExecution {
+        &self.execution
+    }
+
     /// The `dsh:env@0.1.x` form: an absent cwd is "", the only string that
     /// is never an absolute path.
     fn v0_1(&self) -> &v0_1::Execution {

@@ -210,19 +210,18 @@ async fn open_at(
     }
     let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
     let handle = Arc::clone(&dir.dir);
-    // Non-blocking, so running it on the guest runtime's blocking pool
-    // cannot strand a thread on a FIFO or device.
-    let opened = tokio::task::spawn_blocking(move || open_nonblocking(&handle, &path, follow))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    // Non-blocking, so running it inline, on the thread of the guest I/O
+    // runtime's blocking pool the call runs on, cannot strand that thread on
+    // a FIFO or device.
+    let opened = open_nonblocking(&handle, &path, follow);
     let descriptor = match opened {
-        Ok(Opened::Dir(file)) => Descriptor::Dir(Dir::new(file, dir.perms, OpenMode::READ, false)),
+        Ok(Opened::Dir(file)) => Descriptor::Dir(Dir::new(file, dir.perms, OpenMode::READ, true)),
         Ok(Opened::File(_)) if oflags.contains(OpenFlags::DIRECTORY) => {
             files.give_back();
             return Ok(Err(ErrorCode::NotDirectory));
         }
         Ok(Opened::File(file)) => {
-            Descriptor::File(File::new(file, dir.perms, OpenMode::READ, false))
+            Descriptor::File(File::new(file, dir.perms, OpenMode::READ, true))
         }
         Err(err) => {
             files.give_back();

@@ -305,6 +305,9 @@ pub(super) fn wasi_context(
         builder.env(name, value);
     }
     if let (true, Some(cwd)) = (grants.cwd_read, cwd) {
+        // Its calls run whole on a thread of the guest I/O runtime's
+        // blocking pool (`GuestIo`): its file operations run inline there.
+        builder.allow_blocking_current_thread(true);
         // A cwd that cannot be opened is simply not granted: the guest sees no directory.
         if let Err(err) = builder.preopened_dir(cwd, cwd, FsPerms::ReadOnly) {
             tracing::debug!("cwd {cwd} not preopened: {err}");

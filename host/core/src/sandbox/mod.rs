@@ -44,19 +44,24 @@ use guest::{
 };
 
 /// One execution, and its WIT form, converted once for every contributor
-/// of a `collect`.
-pub(crate) struct Call<'a> {
-    execution: &'a ToolExecution,
-    wit: WitExecution,
+/// of a `collect`; cheap to clone, so that a collect's contributors can run
+/// on more than one thread.
+#[derive(Clone)]
+pub(crate) struct Call {
+    wit: Arc<WitExecution>,
 }
 
-impl<'a> Call<'a> {
+impl Call {
     /// The call for `execution`.
-    pub(crate) fn new(execution: &'a ToolExecution) -> Self {
+    pub(crate) fn new(execution: &ToolExecution) -> Self {
         Call {
-            execution,
-            wit: WitExecution::new(execution),
+            wit: Arc::new(WitExecution::new(execution)),
         }
+    }
+
+    /// The execution it was made for.
+    pub(crate) fn execution(&self) -> &ToolExecution {
+        self.wit.execution()
     }
 }
 
@@ -160,13 +165,29 @@ pub const MAX_PREPARED: usize = limits::MAX_LIVE_INSTANCES as usize / 2;
 const MAX_RETIRED: usize = 32;
 
 /// Where calls of contributors with a cwd grant run: a runtime of their
-/// own, with a small blocking pool, so a guest whose file I/O blocks holds
-/// one of these threads, never the caller's runtime or its blocking pool.
+/// own, each call whole on one thread of its small blocking pool, so a guest
+/// whose file I/O blocks holds one of these threads, never the caller's
+/// runtime or its blocking pool. Its file operations run inline there: one
+/// thread hop per call, not one per operation.
 struct GuestIo {
     /// `None` only while dropping.
     runtime: Option<Runtime>,
     /// Such calls that may run at once.
     calls: Arc<Semaphore>,
+}
+
+impl GuestIo {
+    /// Runs `work` on a thread of the blocking pool (see [`GuestIo`]);
+    /// `None` while dropping.
+    fn spawn<F>(&self, work: F) -> Option<tokio::task::JoinHandle<F::Output>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let runtime = self.runtime.as_ref()?;
+        let handle = runtime.handle().clone();
+        Some(runtime.spawn_blocking(move || handle.block_on(work)))
+    }
 }
 
 impl Drop for GuestIo {
@@ -350,7 +371,7 @@ impl Sandbox {
         &self,
         component: &ContributorComponent,
         name: &str,
-        call: &Call<'_>,
+        call: &Call,
         prepared: Option<Prepared>,
         trace: Option<&mut CallTrace>,
     ) -> Result<Vec<(String, String)>, GuestFailure> {
@@ -368,7 +389,7 @@ impl Sandbox {
                     component,
                     name,
                     Phase::Resolve,
-                    Some(call.execution),
+                    Some(call.execution()),
                     resolve,
                     trace,
                 )
@@ -445,7 +466,6 @@ impl Sandbox {
         fresh: FreshStore,
         cwd: &str,
     ) -> Option<(FreshStore, Option<Guest>, Place)> {
-        let runtime = self.io.runtime.as_ref()?;
         let io_call = Arc::clone(&self.io.calls).try_acquire_owned().ok()?;
         let FreshStore {
             mut store,
@@ -454,7 +474,7 @@ impl Sandbox {
         } = fresh;
         let (pre, grants) = (pre.clone(), component.grants.clone());
         let (path, out, err) = (cwd.to_string(), stdout.clone(), stderr.clone());
-        let task = runtime.spawn(async move {
+        let task = self.io.spawn(async move {
             // Made without the preopen on the caller's runtime; given it here.
             let before = dir_id(&path);
             store.data_mut().wasi = wasi_context(&grants, Some(&path), &out, &err);
@@ -466,7 +486,7 @@ impl Sandbox {
             let guest = pre.instantiate_async(&mut store).await.ok();
             drop(io_call);
             (store, Some((guest, Place { path, dir })))
-        });
+        })?;
         let abort = task.abort_handle();
         match tokio::time::timeout(host_deadline(&component.limits), task).await {
             Ok(Ok((store, Some((guest, place))))) => {
@@ -503,23 +523,19 @@ impl Sandbox {
     /// runtime (see [`GuestIo`]), at most `HostLimits::io_calls` at once, in
     /// `prepared` if given (made ahead for this call's cwd), else in an
     /// instance made now.
-    /// At the deadline the call is abandoned: its task, store and files are
-    /// dropped there, and a thread stuck in the kernel stays stuck on that
+    /// At the deadline the call is abandoned: its thread drops its store
+    /// and files when the guest stops at the epoch tick past its own
+    /// deadline, and a thread stuck in the kernel stays stuck on that
     /// runtime, not on the caller's.
     async fn resolve_on_io(
         &self,
         component: &ContributorComponent,
         name: &str,
-        call: &Call<'_>,
+        call: &Call,
         prepared: Option<Prepared>,
         trace: Option<&mut CallTrace>,
     ) -> Result<Result<Vec<(String, String)>, String>, GuestFailure> {
         let limits = &component.limits;
-        let Some(runtime) = &self.io.runtime else {
-            return Err(GuestFailure::Instantiate(
-                "the guest I/O runtime is gone".into(),
-            ));
-        };
         let pre = pre(component)?.clone();
         let (ahead, stdout, stderr) = match prepared {
             Some(Prepared {
@@ -549,15 +565,15 @@ impl Sandbox {
                         component,
                         name,
                         Phase::Resolve,
-                        call.execution.agent_cwd(),
+                        call.execution().agent_cwd(),
                         (&stdout, &stderr),
                     );
                     arm(&mut store, limits);
                     (store, None, slot)
                 }
             };
-            let wit = call.wit.clone();
-            let task = runtime.spawn(async move {
+            let wit = Arc::clone(&call.wit);
+            let task = self.io.spawn(async move {
                 // In the task: an abandoned task's guest runs until its next
                 // tick, and needs the tick to stop.
                 let _running = crate::epoch::guest_running();
@@ -572,7 +588,8 @@ impl Sandbox {
                 drop(io_call);
                 (store, outcome)
             });
-            Ok::<_, GuestFailure>((task, slot))
+            let gone = || GuestFailure::Instantiate("the guest I/O runtime is gone".into());
+            Ok::<_, GuestFailure>((task.ok_or_else(gone)?, slot))
         };
         let deadline = tokio::time::Instant::now() + host_deadline(limits);
         let (task, slot) = match tokio::time::timeout_at(deadline, started).await {

@@ -26,7 +26,9 @@
 //! so on stderr and return no pairs, as a contributor that degrades quietly
 //! does), and the probes `read:<path>`, `write:<path>`, `list:<path>`, `env`,
 //! `connect:<addr>`, whose result (or error) is returned as the first key's
-//! value, or as `err` when the probe fails.
+//! value, or as `err` when the probe fails; `clock` returns the wall clock,
+//! in nanoseconds since the epoch, as the first key's value (the monotonic
+//! clock starts anew in each instance, the wall clock does not).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -169,6 +171,10 @@ fn misbehave_once(how: &str) -> Option<Result<Pairs, String>> {
             .collect::<Vec<_>>()
             .join(","))),
         "connect" => probe(std::net::TcpStream::connect(argument).map(|_| "connected".to_string())),
+        "clock" => probe(Ok(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos())
+            .to_string())),
         _ => None,
     }
 }

@@ -1,0 +1,178 @@
+//! One collect's round of contributors: resolved in name order by the
+//! caller and, when the components' calls lately took long enough together
+//! ([`HELPER_AFTER`]), by a helper task on another of the runtime's workers. Each takes the next contributor no one has
+//! taken, so a helper that starts late takes fewer, and one that never
+//! starts (one core, a busy runtime) takes none: the round is never slower
+//! than the caller alone by more than the helper's spawn.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::Notify;
+use tracing::Span;
+
+use crate::keys::DshKey;
+use crate::sandbox::{Call, CallTrace};
+use crate::spec::OnError;
+
+use super::collection::{in_span, trace_for};
+use super::error::ContributorError;
+use super::state::{Entry, Registry, Resolver};
+
+/// The components' expected time in a round past which a helper is
+/// worth its spawn: waking a worker and then waiting for its last
+/// contributor took 15-20 µs on the bench's machine, so eight Rust
+/// contributors of 4 µs each ran slower with one, and the six examples
+/// (Python and JavaScript runtimes among them) faster (BENCHMARKS.md).
+const HELPER_AFTER: Duration = Duration::from_micros(100);
+
+/// One contributor's checked pairs or failure, and what its call showed
+/// of itself when traced.
+pub(super) type Outcome = (
+    Result<Vec<(DshKey, String)>, ContributorError>,
+    Option<CallTrace>,
+);
+
+/// Whether a failure ends a round.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// A failure under `on_error = "fail"` ends it: no contributor after it
+    /// in name order is started (one overlay, whose first failure fails it).
+    AtFailure,
+    /// Every contributor runs (each alone: a failure is only its own).
+    Never,
+}
+
+/// What the caller and the helper share.
+struct Round {
+    registry: Registry,
+    entries: Vec<Arc<Entry>>,
+    call: Call,
+    traced: bool,
+    stop: Stop,
+    /// The next contributor to take, by index in name order.
+    next: AtomicUsize,
+    /// The first contributor whose failure ends the round (`usize::MAX`:
+    /// none so far); contributors after it are not started.
+    stop_at: AtomicUsize,
+    outcomes: Mutex<Vec<Option<Outcome>>>,
+    /// Told each time an outcome is put.
+    put: Notify,
+}
+
+impl Registry {
+    /// Resolves `snapshot`'s contributors for `call`, in name order, side by
+    /// side on two threads when the components' calls lately took long
+    /// enough together and the runtime has workers; then each one's outcome, in name order, up to
+    /// and including the first failure under `on_error = "fail"` when `stop`
+    /// says so (the ones after it are `None`).
+    pub(super) async fn resolve_round(
+        &self,
+        snapshot: &BTreeMap<String, Arc<Entry>>,
+        call: Call,
+        traced: bool,
+        stop: Stop,
+    ) -> Vec<Option<Outcome>> {
+        let entries: Vec<Arc<Entry>> = snapshot.values().cloned().collect();
+        // What the components' calls took lately, summed.
+        let expected: Duration = (entries.iter())
+            .filter_map(|entry| match &entry.resolver {
+                Resolver::Wasm(wasm) => Some(wasm.cost.expected()),
+                Resolver::Native(_) => None,
+            })
+            .sum();
+        let round = Arc::new(Round {
+            registry: self.clone(),
+            outcomes: Mutex::new((0..entries.len()).map(|_| None).collect()),
+            entries,
+            call,
+            traced,
+            stop,
+            next: AtomicUsize::new(0),
+            stop_at: AtomicUsize::new(usize::MAX),
+            put: Notify::new(),
+        });
+        // A current-thread runtime would run the helper only when the caller
+        // waits, and a guest's call rarely waits: nothing to gain there.
+        let workers = Handle::try_current()
+            .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if round.entries.len() >= 2 && expected >= HELPER_AFTER && workers {
+            let helper = Arc::clone(&round);
+            // Its contributors' spans are children of the caller's.
+            let work = async move { helper.work().await };
+            tokio::spawn(in_span(Span::current(), work, |_, _| ()));
+        }
+        round.work().await;
+        round.finished().await;
+        let mut outcomes = std::mem::take(&mut *round.outcomes());
+        for late in outcomes.iter_mut().skip(round.end()) {
+            // Taken by the helper after the failure that ended the round.
+            *late = None;
+        }
+        outcomes
+    }
+}
+
+impl Round {
+    /// Resolves contributors no one has taken, until none is left or a
+    /// failure has ended the round.
+    async fn work(&self) {
+        loop {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            if index >= self.end() {
+                return;
+            }
+            let entry = &self.entries[index];
+            let mut trace = trace_for(entry, self.traced);
+            let started = Instant::now();
+            let resolved = (self.registry)
+                .resolve_entry(entry, &self.call, trace.as_mut())
+                .await;
+            if let Resolver::Wasm(wasm) = &entry.resolver {
+                wasm.cost.record(started.elapsed());
+            }
+            if resolved.is_err() && self.stop == Stop::AtFailure && entry.on_error == OnError::Fail
+            {
+                self.stop_at.fetch_min(index, Ordering::Relaxed);
+            }
+            // Gone once the caller has taken them (a contributor the helper
+            // took after the failure that ended the round).
+            if let Some(slot) = self.outcomes().get_mut(index) {
+                *slot = Some((resolved, trace));
+            }
+            self.put.notify_waiters();
+        }
+    }
+
+    /// How many contributors, from the first in name order, the round
+    /// resolves: all of them, or up to and including the failure that ended it.
+    fn end(&self) -> usize {
+        let stop_at = self.stop_at.load(Ordering::Relaxed);
+        self.entries.len().min(stop_at.saturating_add(1))
+    }
+
+    /// Waits until each contributor the round resolves has its outcome (the
+    /// helper may still be running one when the caller runs out).
+    async fn finished(&self) {
+        loop {
+            let put = self.put.notified();
+            let mut put = std::pin::pin!(put);
+            // Registered before the check, so a put in between still wakes it.
+            put.as_mut().enable();
+            let end = self.end();
+            if self.outcomes()[..end].iter().all(Option::is_some) {
+                return;
+            }
+            put.await;
+        }
+    }
+
+    /// The outcomes, locked: a panic while one was put cannot leave the
+    /// vector half-changed, so a poisoned one is used as is.
+    fn outcomes(&self) -> std::sync::MutexGuard<'_, Vec<Option<Outcome>>> {
+        self.outcomes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
