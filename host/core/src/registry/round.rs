@@ -24,10 +24,11 @@ use super::state::{Entry, Registry, Resolver};
 
 /// The components' expected time in a round past which a helper is
 /// worth its spawn: waking a worker and then waiting for its last
-/// contributor took 15-20 µs on the bench's machine, so eight Rust
-/// contributors of 4 µs each ran slower with one, and the six examples
-/// (Python and JavaScript runtimes among them) faster (BENCHMARKS.md).
-const HELPER_AFTER: Duration = Duration::from_micros(100);
+/// contributor cost the caller 15-20 µs on the bench's machine. At 100 µs,
+/// eight Rust contributors of 4-13 µs each crossed it now and then and ran
+/// slower; the six examples (Python and JavaScript runtimes among them)
+/// take 300 µs and more, and run faster with one (BENCHMARKS.md).
+const HELPER_AFTER: Duration = Duration::from_micros(200);
 
 /// One contributor's checked pairs or failure, and what its call showed
 /// of itself when traced.
