@@ -1,5 +1,5 @@
-//! A collect's contributors on two threads: when their calls lately took
-//! long enough together, a helper on another of the runtime's workers takes
+//! A collect's contributors on two threads: when two components' calls
+//! lately took long, a helper on another of the runtime's workers takes
 //! the next contributor while the caller runs one; the overlay and the
 //! failure reported are those of the contributors in name order.
 
@@ -25,9 +25,9 @@ async fn register(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_collect_runs_its_contributors_side_by_side() {
     let registry = registry();
-    // `a` is busy for 40 ms, then reads the wall clock; `b` reads it at once.
+    // `a` is busy for 40 ms, then reads the wall clock; `b` for 1 ms.
     let _a = register(&registry, "side-a", "DSH_A_DONE", "spin:40+clock").await;
-    let _b = register(&registry, "side-b", "DSH_B_AT", "clock").await;
+    let _b = register(&registry, "side-b", "DSH_B_AT", "spin:1+clock").await;
     let clock = |overlay: &dsh_env::Overlay, key: &str| -> u128 {
         overlay.get(key).unwrap().parse().unwrap()
     };
@@ -51,7 +51,7 @@ async fn a_long_collect_runs_its_contributors_side_by_side() {
 async fn the_failure_reported_is_the_first_in_name_order_when_a_later_one_fails_sooner() {
     let registry = registry();
     let _a = register(&registry, "fail-a", "DSH_FAIL_A", "spin:40+err:first").await;
-    let _b = register(&registry, "fail-b", "DSH_FAIL_B", "err:second").await;
+    let _b = register(&registry, "fail-b", "DSH_FAIL_B", "spin:1+err:second").await;
     // The helper takes `fail-b` from the second collect on, and it fails
     // while `fail-a` still runs.
     for i in 0..4 {

@@ -1,6 +1,6 @@
 //! One collect's round of contributors: resolved in name order by the
-//! caller and, when the components' calls lately took long enough together
-//! ([`HELPER_AFTER`]), by a helper task on another of the runtime's workers. Each takes the next contributor no one has
+//! caller and, when two components' calls lately took long ([`HEAVY`]),
+//! by a helper task on another of the runtime's workers. Each takes the next contributor no one has
 //! taken, so a helper that starts late takes fewer, and one that never
 //! starts (one core, a busy runtime) takes none: the round is never slower
 //! than the caller alone by more than the helper's spawn.
@@ -22,13 +22,14 @@ use super::collection::{in_span, trace_for};
 use super::error::ContributorError;
 use super::state::{Entry, Registry, Resolver};
 
-/// The components' expected time in a round past which a helper is
-/// worth its spawn: waking a worker and then waiting for its last
-/// contributor cost the caller 15-20 µs on the bench's machine. At 100 µs,
-/// eight Rust contributors of 4-13 µs each crossed it now and then and ran
-/// slower; the six examples (Python and JavaScript runtimes among them)
-/// take 300 µs and more, and run faster with one (BENCHMARKS.md).
-const HELPER_AFTER: Duration = Duration::from_micros(200);
+/// A component whose recent calls took this long is worth a helper when
+/// another one is too: waking a worker and then waiting for its last
+/// contributor cost the caller 15-20 µs on the bench's machine. Spawned by
+/// a sum of the calls' times instead (past 100 µs, then 200 µs), a helper
+/// made eight Rust contributors of 4-25 µs each slower; the six examples'
+/// Python and JavaScript runtimes take 80 µs and more each, and run side by
+/// side (BENCHMARKS.md).
+const HEAVY: Duration = Duration::from_micros(50);
 
 /// One contributor's checked pairs or failure, and what its call showed
 /// of itself when traced.
@@ -66,8 +67,8 @@ struct Round {
 
 impl Registry {
     /// Resolves `snapshot`'s contributors for `call`, in name order, side by
-    /// side on two threads when the components' calls lately took long
-    /// enough together and the runtime has workers; then each one's outcome, in name order, up to
+    /// side on two threads when two components' calls lately took long
+    /// and the runtime has workers; then each one's outcome, in name order, up to
     /// and including the first failure under `on_error = "fail"` when `stop`
     /// says so (the ones after it are `None`).
     pub(super) async fn resolve_round(
@@ -78,13 +79,13 @@ impl Registry {
         stop: Stop,
     ) -> Vec<Option<Outcome>> {
         let entries: Vec<Arc<Entry>> = snapshot.values().cloned().collect();
-        // What the components' calls took lately, summed.
-        let expected: Duration = (entries.iter())
-            .filter_map(|entry| match &entry.resolver {
-                Resolver::Wasm(wasm) => Some(wasm.cost.expected()),
-                Resolver::Native(_) => None,
+        // The components whose calls lately took long.
+        let heavy = (entries.iter())
+            .filter(|entry| match &entry.resolver {
+                Resolver::Wasm(wasm) => wasm.cost.expected() >= HEAVY,
+                Resolver::Native(_) => false,
             })
-            .sum();
+            .count();
         let round = Arc::new(Round {
             registry: self.clone(),
             outcomes: Mutex::new((0..entries.len()).map(|_| None).collect()),
@@ -100,7 +101,7 @@ impl Registry {
         // waits, and a guest's call rarely waits: nothing to gain there.
         let workers = Handle::try_current()
             .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if round.entries.len() >= 2 && expected >= HELPER_AFTER && workers {
+        if heavy >= 2 && workers {
             let helper = Arc::clone(&round);
             // Its contributors' spans are children of the caller's.
             let work = async move { helper.work().await };
