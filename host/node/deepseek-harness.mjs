@@ -7,9 +7,11 @@
 // `ctx.shellEnv.collect(execution)`, which calls each contributor's
 // `resolve(execution)` in turn without awaiting. The first WASM
 // contributor's `resolve` in a collect runs every one of this plugin's
-// contributors on the calling thread, each in its instance made ahead and
-// bounded by its deadline (`Registry.resolveEachSync`: the execution
-// crosses into the addon once), and each `resolve` takes its own answer.
+// contributors while the calling thread waits (on it, and on a helper
+// thread of the addon's when two of them are slow), each in its instance
+// made ahead and bounded by its deadline (`Registry.resolveEachSync`: the
+// execution crosses into the addon once), and each `resolve` takes its own
+// answer.
 
 import { createRequire } from 'node:module';
 

@@ -421,7 +421,10 @@ impl NodeRegistry {
 
     /// Every contributor alone for one execution (JSON, as for `collect`),
     /// synchronously, on the calling thread as `Registration.resolveSync`
-    /// runs one, the execution read and converted once for all of them: by
+    /// runs one (with a helper on the addon's runtime taking contributors
+    /// too when two of them lately took 50 µs or more a call, the calling
+    /// thread held until both are done), the execution read and converted
+    /// once for all of them: by
     /// name, `{"overlay": {KEY: value}, "omitted": [message]}` with its keys
     /// only, or `{"error": {message, code, contributor?, key?}}` (one
     /// contributor's failure does not stop the others). For a registry that

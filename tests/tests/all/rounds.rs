@@ -25,8 +25,9 @@ async fn register(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_collect_runs_its_contributors_side_by_side() {
     let registry = registry();
-    // `a` is busy for 40 ms, then reads the wall clock; `b` for 1 ms.
-    let _a = register(&registry, "side-a", "DSH_A_DONE", "spin:40+clock").await;
+    // `a` is busy for 100 ms, then reads the wall clock; `b` for 1 ms. The
+    // helper has all of `a`'s 100 ms to wake, even on a busy machine.
+    let _a = register(&registry, "side-a", "DSH_A_DONE", "spin:100+clock").await;
     let _b = register(&registry, "side-b", "DSH_B_AT", "spin:1+clock").await;
     let clock = |overlay: &dsh_env::Overlay, key: &str| -> u128 {
         overlay.get(key).unwrap().parse().unwrap()

@@ -10,14 +10,12 @@ use crate::execution::ToolExecution;
 use crate::keys::{BUILTIN_OWNER, DSH_HOME, DSH_SESSION_ID, DSH_SHELL, DshKey};
 use crate::limits::{Limits, Phase};
 use crate::overlay::Overlay;
-use crate::sandbox::{Call, CallTrace, CodeTier, GuestFailure, Preparation, Prepared};
+use crate::sandbox::{Call, CallTrace, Preparation};
 use crate::spec::OnError;
-use futures_util::future::Either;
 use tracing::field::Empty;
-use tracing::{Instrument, Span};
 
-use super::error::{ContributorError, FailureCause, KeysNote};
-use super::round::{Outcome, Stop};
+use super::error::{ContributorError, KeysNote};
+use super::round::{Outcome, Stop, in_span, trace_for};
 use super::state::{Entry, Registry, Resolver};
 
 /// An overlay, and the contributors left out of it under `on_error = "omit"`.
@@ -370,104 +368,6 @@ impl Registry {
         });
         each.collect()
     }
-
-    /// One contributor's checked pairs for `call`'s execution, in a fresh
-    /// instance (or the one made ahead), in a `contributor` span that names
-    /// its call, code tier and outcome; `trace` keeps what the call showed,
-    /// if given.
-    pub(super) fn resolve_entry<'s>(
-        &'s self,
-        entry: &'s Entry,
-        call: &'s Call,
-        trace: Option<&'s mut CallTrace>,
-    ) -> impl Future<Output = Result<Vec<(DshKey, String)>, ContributorError>> + 's {
-        let execution = call.execution();
-        let span = tracing::info_span!(
-            "contributor",
-            call_id = execution.call_id.as_str(),
-            contributor = entry.declaration.name(),
-            phase = %Phase::Resolve,
-            tier = Empty,
-            instance = Empty,
-            outcome = Empty,
-            failure = Empty,
-        );
-        let on_error = entry.on_error;
-        let resolve = self.resolve_checked(entry, call, trace);
-        in_span(span, resolve, move |span, result| {
-            let Err(err) = result else {
-                span.record("outcome", "ok");
-                return;
-            };
-            let kind = err.cause.rule();
-            span.record("failure", kind);
-            match on_error {
-                OnError::Omit => span.record("outcome", "omitted"),
-                OnError::Fail => span.record("outcome", kind),
-            };
-        })
-    }
-
-    /// The work of [`Registry::resolve_entry`], inside its span.
-    async fn resolve_checked(
-        &self,
-        entry: &Entry,
-        call: &Call,
-        trace: Option<&mut CallTrace>,
-    ) -> Result<Vec<(DshKey, String)>, ContributorError> {
-        let execution = call.execution();
-        let fail = |cause: FailureCause| ContributorError {
-            contributor: entry.declaration.name().to_string(),
-            phase: Phase::Resolve,
-            cause,
-            keys: KeysNote(entry.declaration.key_list()),
-        };
-        // The contributor's span when a subscriber listens to it, else none.
-        let span = Span::current();
-        let pairs = match &entry.resolver {
-            Resolver::Wasm(wasm) => {
-                let (name, mut prepared) = (entry.declaration.name(), wasm.ready().take());
-                let sandbox = &self.inner.runtime.sandbox;
-                if wasm.component.grants().cwd_read {
-                    let cwd = execution.agent_cwd();
-                    let mut last = wasm.last_cwd();
-                    if last.as_deref() != cwd {
-                        *last = cwd.map(str::to_string);
-                    }
-                    drop(last);
-                    if let Some(other) = prepared.take_if(|prepared| !prepared.fits(execution)) {
-                        sandbox.discard(other);
-                    }
-                }
-                if !span.is_disabled() {
-                    // The code the instance was made from; opening the
-                    // component's artifact is what the call does first.
-                    let tier =
-                        (prepared.as_ref().map(Prepared::tier)).or_else(|| wasm.component.tier());
-                    span.record("tier", tier.map(CodeTier::as_str));
-                    let made = if prepared.is_some() {
-                        "ahead"
-                    } else {
-                        "at-call"
-                    };
-                    span.record("instance", made);
-                }
-                (sandbox.resolve(&wasm.component, name, call, prepared, trace)).await
-            }
-            Resolver::Native(native) => {
-                span.record("tier", "native");
-                native.resolve(execution).map_err(GuestFailure::GuestError)
-            }
-        };
-        pairs
-            .map_err(FailureCause::from)
-            .and_then(|pairs| {
-                (entry.declaration)
-                    .check_output(pairs, &entry.limits)
-                    .map_err(FailureCause::from)
-            })
-            .map_err(fail)
-    }
 }
 
 /// `entry` alone, from its round's `outcome`, under its `on_error` policy
@@ -492,30 +392,5 @@ fn alone(
         overlay: Overlay::from(overlay),
         omitted,
         traces,
-    })
-}
-
-/// A trace to fill for `entry`'s call, when `traced` and it is a WASM
-/// contributor (a native one shows nothing of itself).
-pub(super) fn trace_for(entry: &Entry, traced: bool) -> Option<CallTrace> {
-    (traced && matches!(entry.resolver, Resolver::Wasm(_))).then(CallTrace::default)
-}
-
-/// `future` inside `span`, then `record` of its output on the span, when a
-/// subscriber listens to it; otherwise `future` as it is, since
-/// `instrument` would enter and leave even a disabled span at every poll
-/// (the bench's 1-contributor row, BENCHMARKS.md).
-pub(super) fn in_span<F: Future>(
-    span: Span,
-    future: F,
-    record: impl FnOnce(&Span, &F::Output),
-) -> impl Future<Output = F::Output> {
-    if span.is_disabled() {
-        return Either::Left(future);
-    }
-    Either::Right(async move {
-        let output = future.instrument(span.clone()).await;
-        record(&span, &output);
-        output
     })
 }

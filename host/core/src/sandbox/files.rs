@@ -209,11 +209,10 @@ async fn open_at(
         return Ok(Err(ErrorCode::InsufficientMemory));
     }
     let follow = path_flags.contains(PathFlags::SYMLINK_FOLLOW);
-    let handle = Arc::clone(&dir.dir);
     // Non-blocking, so running it inline, on the thread of the guest I/O
     // runtime's blocking pool the call runs on, cannot strand that thread on
     // a FIFO or device.
-    let opened = open_nonblocking(&handle, &path, follow);
+    let opened = open_nonblocking(&dir.dir, &path, follow);
     let descriptor = match opened {
         Ok(Opened::Dir(file)) => Descriptor::Dir(Dir::new(file, dir.perms, OpenMode::READ, true)),
         Ok(Opened::File(_)) if oflags.contains(OpenFlags::DIRECTORY) => {
