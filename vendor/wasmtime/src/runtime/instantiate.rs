@@ -25,6 +25,12 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// dsh-env patch: each defined function's body and array-to-wasm
+    /// trampoline, by `DefinedFuncIndex`, found in `index` once, at the
+    /// first funcref made of the module's functions: an element segment's
+    /// `ref.func`s make one funcref per element per instance, each looking
+    /// both up again.
+    func_ref_locs: crate::sync::OnceLock<Vec<[Option<FunctionLoc>; 2]>>,
 }
 
 impl CompiledModule {
@@ -58,6 +64,7 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            func_ref_locs: Default::default(),
         };
         ret.register_profiling(profiler)?;
 
@@ -167,6 +174,36 @@ impl CompiledModule {
 
     /// Gets the function location information for a given function index.
     pub fn func_loc(&self, key: FuncKey) -> &FunctionLoc {
+        // dsh-env patch: a defined function's body and trampoline from
+        // `func_ref_locs`.
+        let (which, module, index) = match key {
+            FuncKey::DefinedWasmFunction(module, index) => (0, module, index),
+            FuncKey::ArrayToWasmTrampoline(module, index) => (1, module, index),
+            _ => return self.indexed_func_loc(key),
+        };
+        if module != self.module_index() {
+            return self.indexed_func_loc(key);
+        }
+        let locs = self.func_ref_locs.get_or_init(|| {
+            let module = self.module_index();
+            let defined = self.module.defined_func_indices();
+            let locs = defined.map(|index| {
+                [
+                    FuncKey::DefinedWasmFunction(module, index),
+                    FuncKey::ArrayToWasmTrampoline(module, index),
+                ]
+                .map(|key| self.index.func_loc(key).copied())
+            });
+            locs.collect()
+        });
+        match locs.get(index.as_u32() as usize).and_then(|locs| locs[which].as_ref()) {
+            Some(loc) => loc,
+            None => self.indexed_func_loc(key),
+        }
+    }
+
+    /// `key`'s location, from the functions table.
+    fn indexed_func_loc(&self, key: FuncKey) -> &FunctionLoc {
         self.index
             .func_loc(key)
             .expect("defined function should be present")

@@ -144,6 +144,13 @@ pub struct Instance {
     /// cross-thread stuff used in `InstancePre`)
     store: Option<VMStoreRawPtr>,
 
+    /// dsh-env patch: the start of this instance's module's code in its
+    /// store, found in the store's registry at the first funcref made (an
+    /// element segment's `ref.func`s make one funcref per element, and each
+    /// looked it up again). The store keeps that code where it is for as
+    /// long as it holds the instance.
+    store_text: Option<SendSyncPtr<u8>>,
+
     /// Additional context used by compiled wasm code. This field is last, and
     /// represents a dynamically-sized array that extends beyond the nominal
     /// end of the struct (similar to a flexible array member).
@@ -209,6 +216,7 @@ impl Instance {
             #[cfg(feature = "wmemcheck")]
             wmemcheck_state,
             store: None,
+            store_text: None,
             vmctx: OwnedVMContext::new(),
         })?;
 
@@ -922,6 +930,22 @@ impl Instance {
         }
     }
 
+    /// dsh-env patch: the start of this instance's module's code in its
+    /// store, from the store's registry the first time.
+    fn store_text(mut self: Pin<&mut Self>, registry: &ModuleRegistry) -> NonNull<u8> {
+        if let Some(text) = self.store_text {
+            return text.as_non_null();
+        }
+        let module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module");
+        let code = ModuleWithCode::in_store(registry, module).expect("module not in store");
+        let text = NonNull::from(code.text()).cast::<u8>();
+        // SAFETY: only a plain field is written; nothing is moved.
+        unsafe { self.as_mut().get_unchecked_mut().store_text = Some(SendSyncPtr::new(text)) };
+        text
+    }
+
     /// Common implementation of initializing a `VMFuncRef` stored within this
     /// instance's `VMContext`.
     ///
@@ -932,7 +956,7 @@ impl Instance {
     /// functions here. Effectively all the arguments here must be "logically
     /// correct" for the `VMFuncRef` being initialized.
     unsafe fn initialize_and_return_funcref(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         registry: &ModuleRegistry,
         type_index: VMSharedTypeIndex,
         vmctx_offset: u32,
@@ -960,26 +984,21 @@ impl Instance {
         // it's better for instantiation performance if we don't have to track
         // "is-initialized" state at all!
 
-        let module_with_code = ModuleWithCode::in_store(
-            registry,
-            self.runtime_module()
-                .expect("funcref impossible in fake module"),
-        )
-        .expect("module not in store");
-
-        let array_call =
-            VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
-
-        let wasm_call = Some(VmPtr::from(
-            NonNull::new(
-                module_with_code
-                    .function(wasm_key)
-                    .as_ptr()
-                    .cast::<VMWasmCallFunction>()
-                    .cast_mut(),
-            )
-            .unwrap(),
-        ));
+        // dsh-env patch: the code's start in this store, found once per
+        // instance, and each function's offset in it, once per module
+        // (`CompiledModule::func_loc`).
+        let text = self.as_mut().store_text(registry);
+        let module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module")
+            .compiled_module();
+        let code = |key| {
+            let start = usize::try_from(module.func_loc(key).start).unwrap();
+            // SAFETY: `key`'s function lies within the module's code.
+            unsafe { text.add(start) }
+        };
+        let array_call = VmPtr::from(code(array_to_wasm_key).cast());
+        let wasm_call = Some(VmPtr::from(code(wasm_key).cast::<VMWasmCallFunction>()));
 
         let vmctx = VMOpaqueContext::from_vmcontext(self.vmctx()).into();
 
