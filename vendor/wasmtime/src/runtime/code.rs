@@ -429,8 +429,8 @@ impl<'a> ModuleWithCode<'a> {
     }
 
     /// dsh-env patch: the store's text section, in which each function's
-    /// location (`CompiledModule::func_loc`) is an offset; an `Instance`
-    /// keeps its start (it was `function(key)`, that function's slice).
+    /// location (`CompiledModule::func_loc`) is a range; an `Instance`
+    /// keeps it (this was `function(key)`, that function's slice).
     #[inline]
     pub fn text(&self) -> &'a [u8] {
         self.store_code.text()

@@ -27,9 +27,9 @@ pub struct CompiledModule {
     func_names: Vec<FunctionName>,
     /// dsh-env patch: each defined function's body and array-to-wasm
     /// trampoline, by `DefinedFuncIndex`, found in `index` once, at the
-    /// first funcref made of the module's functions: an element segment's
-    /// `ref.func`s make one funcref per element per instance, each looking
-    /// both up again.
+    /// first lookup of either (in practice, the first funcref made of the
+    /// module's functions): an element segment's `ref.func`s make one
+    /// funcref per element per instance, each looking both up again.
     func_ref_locs: crate::sync::OnceLock<Vec<[Option<FunctionLoc>; 2]>>,
 }
 

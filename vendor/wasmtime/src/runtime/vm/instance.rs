@@ -144,12 +144,12 @@ pub struct Instance {
     /// cross-thread stuff used in `InstancePre`)
     store: Option<VMStoreRawPtr>,
 
-    /// dsh-env patch: the start of this instance's module's code in its
-    /// store, found in the store's registry at the first funcref made (an
-    /// element segment's `ref.func`s make one funcref per element, and each
-    /// looked it up again). The store keeps that code where it is for as
-    /// long as it holds the instance.
-    store_text: Option<SendSyncPtr<u8>>,
+    /// dsh-env patch: this instance's module's code in its store, found in
+    /// the store's registry at the first funcref made (an element segment's
+    /// `ref.func`s make one funcref per element, and each looked it up
+    /// again). The store keeps that code where it is for as long as it
+    /// holds the instance.
+    store_text: Option<SendSyncPtr<[u8]>>,
 
     /// Additional context used by compiled wasm code. This field is last, and
     /// represents a dynamically-sized array that extends beyond the nominal
@@ -930,19 +930,19 @@ impl Instance {
         }
     }
 
-    /// dsh-env patch: the start of this instance's module's code in its
-    /// store, from the store's registry the first time.
-    fn store_text(mut self: Pin<&mut Self>, registry: &ModuleRegistry) -> NonNull<u8> {
+    /// dsh-env patch: this instance's module's code in its store, from the
+    /// store's registry the first time.
+    fn store_text(mut self: Pin<&mut Self>, registry: &ModuleRegistry) -> SendSyncPtr<[u8]> {
         if let Some(text) = self.store_text {
-            return text.as_non_null();
+            return text;
         }
         let module = self
             .runtime_module()
             .expect("funcref impossible in fake module");
         let code = ModuleWithCode::in_store(registry, module).expect("module not in store");
-        let text = NonNull::from(code.text()).cast::<u8>();
+        let text = SendSyncPtr::new(NonNull::from(code.text()));
         // SAFETY: only a plain field is written; nothing is moved.
-        unsafe { self.as_mut().get_unchecked_mut().store_text = Some(SendSyncPtr::new(text)) };
+        unsafe { self.as_mut().get_unchecked_mut().store_text = Some(text) };
         text
     }
 
@@ -988,15 +988,14 @@ impl Instance {
         // instance, and each function's offset in it, once per module
         // (`CompiledModule::func_loc`).
         let text = self.as_mut().store_text(registry);
+        // SAFETY: the store keeps its code mapped, where it is, for as long
+        // as it holds this instance.
+        let text = unsafe { text.as_non_null().as_ref() };
         let module = self
             .runtime_module()
             .expect("funcref impossible in fake module")
             .compiled_module();
-        let code = |key| {
-            let start = usize::try_from(module.func_loc(key).start).unwrap();
-            // SAFETY: `key`'s function lies within the module's code.
-            unsafe { text.add(start) }
-        };
+        let code = |key| NonNull::from(&text[module.function_range(key)]).cast::<u8>();
         let array_call = VmPtr::from(code(array_to_wasm_key).cast());
         let wasm_call = Some(VmPtr::from(code(wasm_key).cast::<VMWasmCallFunction>()));
 
