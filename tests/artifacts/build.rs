@@ -30,11 +30,7 @@ fn main() {
         .nth(2)
         .expect("tests/artifacts/ sits in the workspace");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("set by cargo"));
-    // OUT_DIR is <target>/<profile>/build/<package>-<hash>/out.
-    let target_dir = out_dir
-        .ancestors()
-        .nth(4)
-        .expect("OUT_DIR is inside the target dir");
+    let target_dir = root_target_dir(&out_dir);
 
     let guest_dirs = GUESTS.iter().map(|(_, _, dir)| *dir);
     for input in ["guest-sdk", "Cargo.toml", "Cargo.lock"]
@@ -73,6 +69,23 @@ fn main() {
         .unwrap();
     }
     std::fs::write(out_dir.join("artifacts.rs"), artifacts).expect("write artifacts.rs");
+}
+
+/// The target directory the guests are built into: OUT_DIR's
+/// `<target>/<profile>/build/<package>-<hash>/out`, less a `<triple>/` level
+/// when the host crates are built for another target (`--target`), so that
+/// a cross build (scripts/build-target) finds the host build's guests
+/// instead of building every guest again (about 2 minutes of CPU).
+fn root_target_dir(out_dir: &Path) -> &Path {
+    let dir = out_dir
+        .ancestors()
+        .nth(4)
+        .expect("OUT_DIR is inside the target dir");
+    let triple = env::var("TARGET").expect("set by cargo");
+    match dir.parent() {
+        Some(parent) if dir.ends_with(&triple) => parent,
+        _ => dir,
+    }
 }
 
 /// One cargo invocation for all Rust guests, with the `guest` profile.

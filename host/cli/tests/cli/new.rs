@@ -124,7 +124,7 @@ fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
         (&c, "guest.c", &[format!("DSH_ENV={BINARY}")]),
         "&execution->tool, err",
         "&(contributor_string_t){(uint8_t *)\"\\xff\", 1}, err",
-        "the value for DSH_MY_C_TOOL is not UTF-8",
+        &[("bash", "the value for DSH_MY_C_TOOL is not UTF-8")],
     );
 }
 
@@ -174,59 +174,57 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
             assert_checks_and_resolves(&f, "python", &project);
             // The same for Python: the key of a value that is not a
             // string, and an exception's message.
-            let failures = [
-                (
-                    "[(KEY, len(execution.tool))]",
-                    "resolve's value for DSH_MY_PYTHON_TOOL is an int, not a string",
-                ),
-                ("[(KEY, {}[\"team\"])]", "KeyError: 'team'"),
-            ];
-            for (result, message) in failures {
-                assert_resolve_fails_after_edit(
-                    &f,
-                    (&project, "app.py", &vars),
-                    "[(KEY, execution.tool)]",
-                    result,
-                    message,
-                );
-            }
+            assert_resolve_fails_after_edit(
+                &f,
+                (&project, "app.py", &vars),
+                "[(KEY, execution.tool)]",
+                "([(KEY, len(execution.tool))] if execution.tool == \"int\" else [(KEY, {}[\"team\"])])",
+                &[
+                    (
+                        "int",
+                        "resolve's value for DSH_MY_PYTHON_TOOL is an int, not a string",
+                    ),
+                    ("bash", "KeyError: 'team'"),
+                ],
+            );
         });
         let vars = [format!("NODE_MODULES={}", modules.display())];
         let project = new_and_make(&f, "js", &vars);
         assert_checks_and_resolves(&f, "js", &project);
         // What a JavaScript author gets wrong reaches them by name: an
         // `Error`'s message, and a result that is not a list of pairs.
-        let failures = [
-            (
-                "(() => { throw new Error('no team configured'); })()",
-                "no team configured",
-            ),
-            (
-                "({ DSH_MY_JS_TOOL: execution.tool })",
-                "resolve returned an object, not a list of [key, value] pairs",
-            ),
-            (
-                "[[KEY, execution.tool.length]]",
-                "resolve's value for DSH_MY_JS_TOOL is a number, not a string",
-            ),
-        ];
-        for (result, message) in failures {
-            assert_resolve_fails_after_edit(
-                &f,
-                (&project, "contributor.js", &[]),
-                "[[KEY, execution.tool]]",
-                result,
-                message,
-            );
-        }
+        assert_resolve_fails_after_edit(
+            &f,
+            (&project, "contributor.js", &[]),
+            "[[KEY, execution.tool]]",
+            "(execution.tool === 'throw' ? (() => { throw new Error('no team configured'); })() \
+             : execution.tool === 'object' ? ({ DSH_MY_JS_TOOL: execution.tool }) \
+             : [[KEY, execution.tool.length]])",
+            &[
+                ("throw", "no team configured"),
+                (
+                    "object",
+                    "resolve returned an object, not a list of [key, value] pairs",
+                ),
+                (
+                    "bash",
+                    "resolve's value for DSH_MY_JS_TOOL is a number, not a string",
+                ),
+            ],
+        );
         python.join().unwrap();
     });
 }
 
 /// `dsh-env resolve` with the project's manifest and the fixture's execution.
 fn resolve_project(f: &Fixture, project: &Path) -> Output {
+    resolve_call(f, project, &f.path("execution.json"))
+}
+
+/// `dsh-env resolve` with the project's manifest and `execution`.
+fn resolve_call(f: &Fixture, project: &Path, execution: &Path) -> Output {
     let manifest = project.join("manifest.toml");
-    let (execution, home) = (f.path("execution.json"), f.home());
+    let home = f.home();
     let resolve = [
         "resolve",
         "--manifest",
@@ -240,13 +238,16 @@ fn resolve_project(f: &Fixture, project: &Path) -> Output {
 }
 
 /// Replaces `from` with `to` in the project's `file`, remakes it (with
-/// `vars`), and checks `resolve` then fails with `message`.
+/// `vars`), and checks that `resolve` of a call to each `(tool, message)`
+/// then fails with that message. One build serves every failure (`to`
+/// chooses it by the call's tool): a Python or JavaScript build, and the
+/// compile of its interpreter, take tens of CPU-seconds each.
 fn assert_resolve_fails_after_edit(
     f: &Fixture,
     (project, file, vars): (&Path, &str, &[String]),
     from: &str,
     to: &str,
-    message: &str,
+    failures: &[(&str, &str)],
 ) {
     let source = project.join(file);
     let text = std::fs::read_to_string(&source).unwrap();
@@ -260,9 +261,20 @@ fn assert_resolve_fails_after_edit(
         .unwrap();
     succeeded(&format!("make after `{to}`"), &made);
     std::fs::write(&source, text).unwrap();
-    let out = resolve_project(f, project);
-    assert!(!out.status.success(), "`{to}` resolved: {}", stdout(&out));
-    assert!(stderr(&out).contains(message), "`{to}`: {}", stderr(&out));
+    for (tool, message) in failures {
+        let execution = f.write(
+            &format!("{tool}.json"),
+            &serde_json::json!({"callId": "c1", "name": tool}).to_string(),
+        );
+        let out = resolve_call(f, project, &execution);
+        assert!(
+            !out.status.success(),
+            "`{to}` resolved {tool}: {}",
+            stdout(&out)
+        );
+        let err = stderr(&out);
+        assert!(err.contains(message), "`{to}` for {tool}: {err}");
+    }
 }
 
 #[test]
