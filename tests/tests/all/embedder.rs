@@ -13,8 +13,10 @@ use dsh_env_tests::artifacts;
 // workspace's, kept between runs but sharing no unit with it) and cargo's
 // default profile, so this is a cold build of upstream wasmtime and
 // cranelift once per clean checkout, unoptimised, which costs the fewest
-// CPU minutes. Offline: `scripts/test` fetched its crates, and a test
-// sends no traffic but to loopback.
+// CPU minutes. `scripts/test` runs the same build earlier, beside its
+// setup, so this one finds it fresh; keep the two commands alike. Offline:
+// `scripts/test` fetched its crates, and a test sends no traffic but to
+// loopback.
 #[test]
 fn an_embedder_outside_the_workspace_gets_the_safe_reset_and_fresh_instances() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
