@@ -9,27 +9,21 @@ use std::process::Command;
 
 use dsh_env_tests::artifacts;
 
-// Built as a user builds it: its own target directory (under the
-// workspace's, kept between runs but sharing no unit with it) and cargo's
-// default profile, so this is a cold build of upstream wasmtime and
-// cranelift once per clean checkout, unoptimised, which costs the fewest
-// CPU minutes. `scripts/test` runs the same build earlier, beside its
-// setup, so this one finds it fresh; keep the two commands alike. Offline:
-// `scripts/test` fetched its crates, and a test sends no traffic but to
-// loopback.
+// Built as a user builds it (scripts/build-embedder): its own target
+// directory (under the workspace's, kept between runs but sharing no unit
+// with it) and cargo's default profile, so this is a cold build of upstream
+// wasmtime and cranelift once per clean checkout, unoptimised, which costs
+// the fewest CPU minutes. `scripts/test` runs the same script earlier,
+// beside its setup, so this one finds it fresh.
 #[test]
 fn an_embedder_outside_the_workspace_gets_the_safe_reset_and_fresh_instances() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     // This test binary is `<target>/debug/deps/all-<hash>`.
     let exe = std::env::current_exe().unwrap();
-    let target = exe.ancestors().nth(3).unwrap().join("embedder");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = Command::new(cargo)
-        .args(["build", "--locked", "--offline", "--target-dir"])
-        .arg(&target)
-        .current_dir(root.join("tests/embedder"))
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
+    let target_dir = exe.ancestors().nth(3).unwrap();
+    let target = target_dir.join("embedder");
+    let built = Command::new(root.join("scripts/build-embedder"))
+        .arg(target_dir)
         .status()
         .unwrap();
     assert!(built.success(), "the embedder did not build");
