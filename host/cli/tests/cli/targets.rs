@@ -216,7 +216,7 @@ fn under_qemu_a_looping_contributor_stops_at_its_deadline_and_a_growing_one_at_i
     let home = f.home();
     for (how, limit, failure) in [
         // A deadline a loaded machine still leaves `declare` under qemu.
-        ("loop", "deadline_ms = 2000", "deadline of 2000ms exceeded"),
+        ("loop", "deadline_ms = 2000", "deadline of 2s exceeded"),
         (
             "grow",
             "memory_mib = 32",
