@@ -215,7 +215,8 @@ fn under_qemu_a_looping_contributor_stops_at_its_deadline_and_a_growing_one_at_i
     let f = Fixture::new();
     let home = f.home();
     for (how, limit, failure) in [
-        // A deadline a loaded machine still leaves `declare` under qemu.
+        // The default 2 s: `declare` runs under the same deadline, and under
+        // qemu on a loaded machine it took more than 500 ms.
         ("loop", "deadline_ms = 2000", "deadline of 2s exceeded"),
         (
             "grow",
