@@ -47,6 +47,7 @@
 //! compiles, maps from memory, and writes nothing there. So it is when its
 //! key cannot be read or made.
 
+mod compiling;
 mod evict;
 mod key;
 
@@ -399,6 +400,12 @@ impl ArtifactCache {
                 .map(loaded)
                 .map_err(LoadErrorKind::Cache);
         }
+        if let Some(component) = self.open(engine, &entry, false) {
+            return Ok(loaded(component));
+        }
+        // Another thread of this process may be compiling these bytes: its
+        // artifact (or its remembered failure) is there once it is done.
+        let _turn = compiling::turn(&entry.artifact);
         if let Some(component) = self.open(engine, &entry, false) {
             return Ok(loaded(component));
         }

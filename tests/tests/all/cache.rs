@@ -276,7 +276,8 @@ fn concurrent_first_loads_leave_one_sound_entry() {
     use sha2::{Digest, Sha256};
     let home = tempfile::tempdir().unwrap();
     let registry = dsh_env_tests::registry_at(home.path());
-    // Every thread compiles and stores the same component at once.
+    // Every thread loads the same component at once (one of them compiles
+    // and stores it: `concurrent_first_loads_of_one_component_compile_it_once`).
     std::thread::scope(|scope| {
         for _ in 0..8 {
             scope.spawn(|| {
@@ -588,6 +589,37 @@ async fn clearing_leaves_an_empty_cache_that_works() {
     assert!(left.is_empty(), "{left:?}");
     assert!(runs().await, "after the clear");
     assert_eq!(cached(&registry), [digest(AGENT_LINEAGE)].into());
+}
+
+/// Loads of one component on several threads at once, in a fresh home,
+/// compile it once: the others wait for its artifact and map it.
+#[test]
+fn concurrent_first_loads_of_one_component_compile_it_once() {
+    let home = tempfile::tempdir().unwrap();
+    let compiles = std::sync::Arc::new(Compiles::default());
+    let home_dir = dsh_env::DshHome::from_absolute(home.path()).unwrap();
+    let registry = (dsh_env_tests::builder(home_dir))
+        .compile_progress(compiles.clone())
+        .build()
+        .unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                registry
+                    .load(
+                        LoadFrom::File(artifacts::PUPPET.as_ref()),
+                        &LoadOptions::new(),
+                    )
+                    .unwrap()
+            });
+        }
+    });
+    let events = compiles.events.lock().unwrap();
+    let puppet = artifacts::PUPPET;
+    assert_eq!(
+        *events,
+        [format!("start {puppet}"), format!("end {puppet}")]
+    );
 }
 
 /// Every compile a registry reports, in order, and the most that ran at

@@ -5,14 +5,34 @@ use super::*;
 /// `dsh-env new <tmp>/<name> --lang <lang>`, then `make <vars>` in it (with
 /// this process's environment, for the toolchains); returns the project.
 fn new_and_make(f: &Fixture, lang: &str, vars: &[String]) -> PathBuf {
-    new_and_make_with(f, lang, vars, |_| {})
+    new_and_make_with(f, lang, vars, None, |_| {})
 }
 
-/// [`new_and_make`], `make`'s command adjusted by `adjust` first.
+/// An edit of a new project's source: `from` replaced by `to` in `file`.
+struct Edit<'a> {
+    file: &'a str,
+    from: &'a str,
+    to: &'a str,
+}
+
+impl Edit<'_> {
+    /// Makes the edit in `project`; returns the file's text before it.
+    fn apply(&self, project: &Path) -> String {
+        let source = project.join(self.file);
+        let text = std::fs::read_to_string(&source).unwrap();
+        assert!(text.contains(self.from), "{} is not in {text}", self.from);
+        std::fs::write(&source, text.replacen(self.from, self.to, 1)).unwrap();
+        text
+    }
+}
+
+/// [`new_and_make`], the source edited by `edit` (if any) and `make`'s
+/// command adjusted by `adjust` first.
 fn new_and_make_with(
     f: &Fixture,
     lang: &str,
     vars: &[String],
+    edit: Option<&Edit>,
     adjust: impl FnOnce(&mut Command),
 ) -> PathBuf {
     let name = format!("my-{lang}-tool");
@@ -25,6 +45,9 @@ fn new_and_make_with(
         "{}",
         stdout(&created)
     );
+    if let Some(edit) = edit {
+        edit.apply(&project);
+    }
     let mut make = Command::new("make");
     make.arg("-C")
         .arg(&project)
@@ -83,7 +106,8 @@ fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
     let fresh_home = f.path("user");
     std::fs::create_dir(&fresh_home).unwrap();
     let started = std::time::Instant::now();
-    let rust = new_and_make_with(&f, "rust", &["CARGO_FLAGS=--offline".into()], |make| {
+    let offline = ["CARGO_FLAGS=--offline".into()];
+    let rust = new_and_make_with(&f, "rust", &offline, None, |make| {
         // Nothing of this test's own cargo run: not its toolchain, not its
         // target folder, not its manifest's folder.
         for (name, _) in std::env::vars_os() {
@@ -119,11 +143,15 @@ fn new_rust_and_c_projects_build_with_make_pass_check_and_resolve_their_key() {
     assert!(c.join("gen/contributor_component_type.o").exists());
     assert_checks_and_resolves(&f, "c", &c);
     // A value that is not UTF-8 is named by its key, not refused whole.
+    let not_utf8 = Edit {
+        file: "guest.c",
+        from: "&execution->tool, err",
+        to: "&(contributor_string_t){(uint8_t *)\"\\xff\", 1}, err",
+    };
     assert_resolve_fails_after_edit(
         &f,
-        (&c, "guest.c", &[format!("DSH_ENV={BINARY}")]),
-        "&execution->tool, err",
-        "&(contributor_string_t){(uint8_t *)\"\\xff\", 1}, err",
+        (&c, &[format!("DSH_ENV={BINARY}")]),
+        &not_utf8,
         &[("bash", "the value for DSH_MY_C_TOOL is not UTF-8")],
     );
 }
@@ -159,6 +187,10 @@ fn the_c_templates_makefile_builds_the_c_example_byte_for_byte() {
     );
 }
 
+/// Each project is built once, its source edited first so that calls to
+/// some tools fail: a Python or JavaScript build, and the compile of its
+/// interpreter, take tens of CPU-seconds each. Every other tool takes the
+/// template's own code, which `check` and `resolve` then run.
 #[test]
 fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
     let f = Fixture::new();
@@ -169,37 +201,46 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
     std::thread::scope(|scope| {
         let python = scope.spawn(|| {
             let vars = [format!("COMPONENTIZE_PY={}", tool.display())];
-            let project = new_and_make(&f, "python", &vars);
+            // The key of a value that is not a string, and an exception's
+            // message.
+            let edit = Edit {
+                file: "app.py",
+                from: "[(KEY, execution.tool)]",
+                to: "([(KEY, len(execution.tool))] if execution.tool == \"int\" \
+                     else [(KEY, {}[\"team\"])] if execution.tool == \"raise\" \
+                     else [(KEY, execution.tool)])",
+            };
+            let project = new_and_make_with(&f, "python", &vars, Some(&edit), |_| {});
             assert!(project.join("wit/contributor.wit").exists());
             assert_checks_and_resolves(&f, "python", &project);
-            // The same for Python: the key of a value that is not a
-            // string, and an exception's message.
-            assert_resolve_fails_after_edit(
+            assert_resolve_fails(
                 &f,
-                (&project, "app.py", &vars),
-                "[(KEY, execution.tool)]",
-                "([(KEY, len(execution.tool))] if execution.tool == \"int\" else [(KEY, {}[\"team\"])])",
+                &project,
                 &[
                     (
                         "int",
                         "resolve's value for DSH_MY_PYTHON_TOOL is an int, not a string",
                     ),
-                    ("bash", "KeyError: 'team'"),
+                    ("raise", "KeyError: 'team'"),
                 ],
             );
         });
         let vars = [format!("NODE_MODULES={}", modules.display())];
-        let project = new_and_make(&f, "js", &vars);
-        assert_checks_and_resolves(&f, "js", &project);
         // What a JavaScript author gets wrong reaches them by name: an
         // `Error`'s message, and a result that is not a list of pairs.
-        assert_resolve_fails_after_edit(
+        let edit = Edit {
+            file: "contributor.js",
+            from: "[[KEY, execution.tool]]",
+            to: "(execution.tool === 'throw' ? (() => { throw new Error('no team configured'); })() \
+                 : execution.tool === 'object' ? ({ DSH_MY_JS_TOOL: execution.tool }) \
+                 : execution.tool === 'number' ? [[KEY, execution.tool.length]] \
+                 : [[KEY, execution.tool]])",
+        };
+        let project = new_and_make_with(&f, "js", &vars, Some(&edit), |_| {});
+        assert_checks_and_resolves(&f, "js", &project);
+        assert_resolve_fails(
             &f,
-            (&project, "contributor.js", &[]),
-            "[[KEY, execution.tool]]",
-            "(execution.tool === 'throw' ? (() => { throw new Error('no team configured'); })() \
-             : execution.tool === 'object' ? ({ DSH_MY_JS_TOOL: execution.tool }) \
-             : [[KEY, execution.tool.length]])",
+            &project,
             &[
                 ("throw", "no team configured"),
                 (
@@ -207,7 +248,7 @@ fn new_python_and_js_projects_build_with_the_pinned_toolchains() {
                     "resolve returned an object, not a list of [key, value] pairs",
                 ),
                 (
-                    "bash",
+                    "number",
                     "resolve's value for DSH_MY_JS_TOOL is a number, not a string",
                 ),
             ],
@@ -237,43 +278,38 @@ fn resolve_call(f: &Fixture, project: &Path, execution: &Path) -> Output {
     f.command(&resolve, &[]).output().unwrap()
 }
 
-/// Replaces `from` with `to` in the project's `file`, remakes it (with
-/// `vars`), and checks that `resolve` of a call to each `(tool, message)`
-/// then fails with that message. One build serves every failure (`to`
-/// chooses it by the call's tool): a Python or JavaScript build, and the
-/// compile of its interpreter, take tens of CPU-seconds each.
+/// Makes `edit` in `project`, remakes it (with `vars`), restores the
+/// source, and checks that `resolve` of a call to each `(tool, message)`
+/// then fails with that message.
 fn assert_resolve_fails_after_edit(
     f: &Fixture,
-    (project, file, vars): (&Path, &str, &[String]),
-    from: &str,
-    to: &str,
+    (project, vars): (&Path, &[String]),
+    edit: &Edit,
     failures: &[(&str, &str)],
 ) {
-    let source = project.join(file);
-    let text = std::fs::read_to_string(&source).unwrap();
-    assert!(text.contains(from), "{from} is not in {text}");
-    std::fs::write(&source, text.replacen(from, to, 1)).unwrap();
+    let text = edit.apply(project);
     let made = Command::new("make")
         .arg("-C")
         .arg(project)
         .args(vars)
         .output()
         .unwrap();
-    succeeded(&format!("make after `{to}`"), &made);
-    std::fs::write(&source, text).unwrap();
+    succeeded(&format!("make after `{}`", edit.to), &made);
+    std::fs::write(project.join(edit.file), text).unwrap();
+    assert_resolve_fails(f, project, failures);
+}
+
+/// `resolve` of a call to each `(tool, message)` fails with that message.
+fn assert_resolve_fails(f: &Fixture, project: &Path, failures: &[(&str, &str)]) {
     for (tool, message) in failures {
         let execution = f.write(
             &format!("{tool}.json"),
             &serde_json::json!({"callId": "c1", "name": tool}).to_string(),
         );
         let out = resolve_call(f, project, &execution);
-        assert!(
-            !out.status.success(),
-            "`{to}` resolved {tool}: {}",
-            stdout(&out)
-        );
+        assert!(!out.status.success(), "{tool} resolved: {}", stdout(&out));
         let err = stderr(&out);
-        assert!(err.contains(message), "`{to}` for {tool}: {err}");
+        assert!(err.contains(message), "{tool}: {err}");
     }
 }
 
