@@ -271,13 +271,19 @@ async fn a_declaration_is_remembered_per_component_and_config() {
     }
 }
 
+/// Loads of one component on several threads at once, in a fresh home,
+/// compile it once (the others wait for its artifact and map it) and leave
+/// one sound entry.
 #[test]
-fn concurrent_first_loads_leave_one_sound_entry() {
+fn concurrent_first_loads_compile_once_and_leave_one_sound_entry() {
     use sha2::{Digest, Sha256};
     let home = tempfile::tempdir().unwrap();
-    let registry = dsh_env_tests::registry_at(home.path());
-    // Every thread loads the same component at once (one of them compiles
-    // and stores it: `concurrent_first_loads_of_one_component_compile_it_once`).
+    let compiles = std::sync::Arc::new(Compiles::default());
+    let home_dir = dsh_env::DshHome::from_absolute(home.path()).unwrap();
+    let registry = (dsh_env_tests::builder(home_dir))
+        .compile_progress(compiles.clone())
+        .build()
+        .unwrap();
     std::thread::scope(|scope| {
         for _ in 0..8 {
             scope.spawn(|| {
@@ -290,6 +296,11 @@ fn concurrent_first_loads_leave_one_sound_entry() {
             });
         }
     });
+    let puppet = artifacts::PUPPET;
+    assert_eq!(
+        *compiles.events.lock().unwrap(),
+        [format!("start {puppet}"), format!("end {puppet}")]
+    );
     let files: Vec<String> = std::fs::read_dir(registry.cache().dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -589,37 +600,6 @@ async fn clearing_leaves_an_empty_cache_that_works() {
     assert!(left.is_empty(), "{left:?}");
     assert!(runs().await, "after the clear");
     assert_eq!(cached(&registry), [digest(AGENT_LINEAGE)].into());
-}
-
-/// Loads of one component on several threads at once, in a fresh home,
-/// compile it once: the others wait for its artifact and map it.
-#[test]
-fn concurrent_first_loads_of_one_component_compile_it_once() {
-    let home = tempfile::tempdir().unwrap();
-    let compiles = std::sync::Arc::new(Compiles::default());
-    let home_dir = dsh_env::DshHome::from_absolute(home.path()).unwrap();
-    let registry = (dsh_env_tests::builder(home_dir))
-        .compile_progress(compiles.clone())
-        .build()
-        .unwrap();
-    std::thread::scope(|scope| {
-        for _ in 0..4 {
-            scope.spawn(|| {
-                registry
-                    .load(
-                        LoadFrom::File(artifacts::PUPPET.as_ref()),
-                        &LoadOptions::new(),
-                    )
-                    .unwrap()
-            });
-        }
-    });
-    let events = compiles.events.lock().unwrap();
-    let puppet = artifacts::PUPPET;
-    assert_eq!(
-        *events,
-        [format!("start {puppet}"), format!("end {puppet}")]
-    );
 }
 
 /// Every compile a registry reports, in order, and the most that ran at
