@@ -32,6 +32,7 @@ use crate::executor::{ExecError, LocalExecutor, ShellExecRequest, ShellExecutor}
 use crate::hooks::{
     BashCall, HookBlocked, HookDialect, HookNotes, Hooks, HooksError, PermissionMode,
 };
+use crate::preparer::Preparer;
 
 pub use dsh_env::Collection;
 
@@ -389,9 +390,6 @@ pub struct HostConfig {
     /// Whether the host makes the next call's instances ahead (a harness or
     /// a server, which serve many calls), or not (a command that makes one).
     pub prepare_ahead: bool,
-    /// Where [`Host::prepare_next`] spawns when called outside a tokio
-    /// runtime (default: the current runtime, and nowhere outside one).
-    pub spawner: Option<tokio::runtime::Handle>,
 }
 
 impl HostConfig {
@@ -410,7 +408,6 @@ impl HostConfig {
             hooks: HooksSource::Manifest,
             host_env: HostEnv::from_process(),
             prepare_ahead: false,
-            spawner: None,
         }
     }
 }
@@ -555,14 +552,6 @@ enum Preparation {
     BesideCommand,
 }
 
-/// The background preparation: whether one runs, and whether a call asked
-/// for another while it ran.
-#[derive(Default)]
-struct Preparing {
-    running: bool,
-    again: bool,
-}
-
 /// A registry opened from one configuration, with the contributors it
 /// registered, the hooks around bash calls (run with `E`), and when the
 /// next call's instances are made.
@@ -577,8 +566,7 @@ pub struct Host<E = LocalExecutor> {
     hooks_executor: E,
     host_env: HostEnv,
     preparation: Preparation,
-    preparing: Arc<Mutex<Preparing>>,
-    spawner: Option<tokio::runtime::Handle>,
+    preparer: Preparer,
 }
 
 impl Host {
@@ -633,8 +621,7 @@ impl Host {
             } else {
                 Preparation::Asked
             },
-            preparing: Arc::default(),
-            spawner: config.spawner,
+            preparer: Preparer::default(),
         })
     }
 }
@@ -655,8 +642,7 @@ impl<E: ShellExecutor + Clone> Host<E> {
             hooks_executor: executor,
             host_env: HostEnv::default(),
             preparation: Preparation::BesideCommand,
-            preparing: Arc::default(),
-            spawner: None,
+            preparer: Preparer::default(),
         }
     }
 
@@ -676,8 +662,7 @@ impl<E: ShellExecutor + Clone> Host<E> {
             hooks_executor: executor,
             host_env: self.host_env,
             preparation: self.preparation,
-            preparing: self.preparing,
-            spawner: self.spawner,
+            preparer: self.preparer,
         }
     }
 
@@ -821,44 +806,15 @@ impl<E: ShellExecutor + Clone> Host<E> {
         })
     }
 
-    /// Starts making the next call's instances on the runtime, unless every
-    /// contributor has one: one preparation at a time however many calls
-    /// end at once. A request that comes while one runs makes it go round
-    /// once more when it ends: that one may have passed the contributor
-    /// whose instance the request's call took, and dropping the request
-    /// left it with nothing made and nothing making it (the bench stopped
-    /// on it). Runs on the current tokio runtime, else on
-    /// [`HostConfig::spawner`], else not at all.
+    /// Starts making the next call's instances on the host's preparing
+    /// thread, below its callers' priority, unless every contributor has
+    /// one: one preparation at a time however many calls end at once, and
+    /// a request that comes while one runs makes it go round once more. It
+    /// returns at once.
     pub fn prepare_next(&self) {
-        if self.registry.is_prepared() {
-            return;
+        if !self.registry.is_prepared() {
+            self.preparer.request(&self.registry);
         }
-        let Some(runtime) =
-            (tokio::runtime::Handle::try_current().ok()).or_else(|| self.spawner.clone())
-        else {
-            return;
-        };
-        {
-            let mut state = lock(&self.preparing);
-            if state.running {
-                state.again = true;
-                return;
-            }
-            state.running = true;
-        }
-        let (registry, preparing) = (self.registry.clone(), Arc::clone(&self.preparing));
-        // On a runtime thread rather than the caller's, even when it would
-        // not wait: tried, that made the next call slower (BENCHMARKS.md).
-        runtime.spawn(async move {
-            loop {
-                registry.prepare().await;
-                let mut state = lock(&preparing);
-                if !std::mem::take(&mut state.again) {
-                    state.running = false;
-                    return;
-                }
-            }
-        });
     }
 
     /// Registers every contributor of `manifest`, all or nothing, by its

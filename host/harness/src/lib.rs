@@ -16,6 +16,7 @@ pub mod agent;
 pub mod executor;
 pub mod hooks;
 pub mod host;
+mod preparer;
 pub mod session;
 pub mod tool;
 

@@ -233,8 +233,6 @@ impl NodeRegistry {
             // A harness makes many calls: the next one's instances are
             // made while each command runs.
             prepare_ahead: true,
-            // `prepare_in_background` enters napi's runtime itself.
-            spawner: None,
         };
         // Nothing in opening waits (the manifest is not registered here).
         let host = run_here(Host::open(config)).map_err(thrown)?;
@@ -411,12 +409,11 @@ impl NodeRegistry {
         Ok(answer.to_string())
     }
 
-    /// Starts making the next call's instances on the runtime, unless every
-    /// contributor has one or a preparation is already running.
+    /// Starts making the next call's instances on the host's preparing thread,
+    /// unless every contributor has one or a preparation is already running.
     #[napi]
     pub fn prepare_in_background(&self) {
-        // Called on the event loop: the host spawns on napi's runtime.
-        within_runtime_if_available(|| self.host.prepare_next());
+        self.host.prepare_next();
     }
 
     /// Every contributor alone for one execution (JSON, as for `collect`),

@@ -1,7 +1,7 @@
 // The addon through its documented API: registry rules, isolation of
 // concurrent executions, the scrub, and dispose during collection.
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
@@ -102,6 +102,32 @@ test('after a collection or an exec, the next call\'s instance is made in the ba
   }
 });
 
+test('the next call\'s instances are made on a thread below the event loop\'s priority', async () => {
+  // Woken on a runtime worker, a preparation preempted the event loop that
+  // asked for it (BENCHMARKS.md): the host makes them on a thread of its
+  // own, niced by 10.
+  const registry = openRegistry();
+  await registry.register(guest('agent_lineage'));
+  await registry.collect(execution('c0', 'child-1', 'parent-1'));
+  for (let turn = 0; registry.prepared() < 1; turn++) {
+    assert.ok(turn < 3000, 'no instance was made ahead of the next call');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+  const stats = readdirSync('/proc/self/task').map((tid) => {
+    try {
+      return readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+    } catch {
+      return ''; // a thread that ended meanwhile
+    }
+  });
+  // Fields after the `(comm)`: state is the 3rd of /proc's stat, nice the 19th.
+  const niceness = stats
+    .filter((stat) => stat.includes('(dsh-env-prepare)'))
+    .map((stat) => Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19 - 3]));
+  assert.ok(niceness.length >= 1, 'no dsh-env-prepare thread');
+  assert.deepEqual([...new Set(niceness)], [10]);
+});
+
 test('an instance taken while the background preparation runs is made again when it ends', async () => {
   // The preparation makes agent-lineage's instance first (names in order),
   // then session-url's (Python), which takes milliseconds: agent-lineage's
@@ -109,9 +135,11 @@ test('an instance taken while the background preparation runs is made again when
   const registry = openRegistry();
   const lineage = await registry.register(guest('agent_lineage'));
   await registry.register(polyglot('session_url'), { config: { base_url: 'https://agents.example.test/s' } });
+  // The preparing thread runs below the event loop's priority: on a busy
+  // machine it may wait some milliseconds for a core.
   const turns = async (done, what, wait = () => new Promise((resolve) => setImmediate(resolve))) => {
     for (let turn = 0; !done(); turn++) {
-      assert.ok(turn < 3000, what);
+      assert.ok(turn < 30000, what);
       await wait();
     }
   };
