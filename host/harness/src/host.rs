@@ -946,7 +946,8 @@ fn io_failure(err: std::io::Error) -> HostError {
 }
 
 /// `mutex`, locked: a panic elsewhere cannot leave what it holds (a map, an
-/// `Arc`, two flags) half-changed, so a poisoned one is used as is.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// `Arc`, the preparer's two flags) half-changed, so a poisoned one is used
+/// as is.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -6,9 +6,11 @@
 //! (BENCHMARKS.md, "Instances made below the caller's priority").
 
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use dsh_env::Registry;
+
+use crate::host::lock;
 
 /// How far below its callers the preparing thread runs: Linux's nice value,
 /// which is per thread there. At 10 it still gets about a tenth of a core
@@ -103,8 +105,3 @@ fn lower_priority() {
 /// as its callers do.
 #[cfg(not(target_os = "linux"))]
 fn lower_priority() {}
-
-/// `mutex`, locked: the state is two flags, whole after any panic.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
