@@ -270,7 +270,7 @@ class Registry {
 
   /**
    * Makes the next call's instances in the background, once the caller has
-   * gone on with its answer (waking a runtime thread now would cost the
+   * gone on with its answer (waking the preparing thread now would cost the
    * caller's thread the microseconds its command is about to use).
    */
   prepareSoon() {

@@ -542,8 +542,8 @@ enum Preparation {
     /// Only when [`Host::prepare_next`] is called (a command that makes one
     /// call).
     Asked,
-    /// Also once each bash call's overlay is collected, on the runtime
-    /// (`serve`, the Node addon).
+    /// Also once each bash call's overlay is collected, on the host's
+    /// preparing thread (`serve`, the Node addon).
     Spawned,
     /// Beside each bash call's command, in the call's own task, so that it
     /// is done when the call returns (the harness's own bash tool: a
@@ -946,8 +946,7 @@ fn io_failure(err: std::io::Error) -> HostError {
 }
 
 /// `mutex`, locked: a panic elsewhere cannot leave what it holds (a map, an
-/// `Arc`, the preparer's two flags) half-changed, so a poisoned one is used
-/// as is.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// `Arc`) half-changed, so a poisoned one is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -6,11 +6,9 @@
 //! (BENCHMARKS.md, "Instances made below the caller's priority").
 
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use dsh_env::Registry;
-
-use crate::host::lock;
 
 /// How far below its callers the preparing thread runs: Linux's nice value,
 /// which is per thread there. At 10 it still gets about a tenth of a core
@@ -24,8 +22,9 @@ const NICENESS: libc::c_int = 10;
 #[derive(Default)]
 pub(crate) struct Preparer {
     state: Arc<Mutex<State>>,
-    /// Wakes the thread; `None` until the first request.
-    wake: Mutex<Option<Sender<()>>>,
+    /// Wakes the thread, set at the first request; `None` if the system
+    /// refused a thread then (calls make their own instances).
+    wake: OnceLock<Option<Sender<()>>>,
 }
 
 /// Whether a preparation runs, and whether a request came while it ran.
@@ -33,6 +32,12 @@ pub(crate) struct Preparer {
 struct State {
     running: bool,
     again: bool,
+}
+
+/// The state, locked: two flags are whole after any panic, so a poisoned
+/// lock is used as is.
+fn locked(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Preparer {
@@ -43,21 +48,17 @@ impl Preparer {
     /// made and nothing making it; the bench stopped on it).
     pub(crate) fn request(&self, registry: &Registry) {
         {
-            let mut state = lock(&self.state);
+            let mut state = locked(&self.state);
             if state.running {
                 state.again = true;
                 return;
             }
             state.running = true;
         }
-        let mut wake = lock(&self.wake);
-        if wake.is_none() {
-            *wake = self.start(registry.clone());
-        }
+        let wake = self.wake.get_or_init(|| self.start(registry.clone()));
         let woken = wake.as_ref().is_some_and(|wake| wake.send(()).is_ok());
         if !woken {
-            // No thread (the system refused one): calls make their own.
-            lock(&self.state).running = false;
+            locked(&self.state).running = false;
         }
     }
 
@@ -70,14 +71,14 @@ impl Preparer {
             .build()
             .ok()?;
         let (wake, woken) = mpsc::channel::<()>();
-        let state = Arc::clone(&self.state);
+        let shared = Arc::clone(&self.state);
         let thread = std::thread::Builder::new().name("dsh-env-prepare".to_string());
         let spawned = thread.spawn(move || {
             lower_priority();
             while woken.recv().is_ok() {
                 loop {
                     runtime.block_on(registry.prepare());
-                    let mut state = lock(&state);
+                    let mut state = locked(&shared);
                     if !std::mem::take(&mut state.again) {
                         state.running = false;
                         break;

@@ -355,9 +355,9 @@ impl NodeRegistry {
     /// collections start there, and each one starts the next call's
     /// preparation when it ends. A collection that answered at once leaves
     /// that to [`NodeRegistry::prepare_in_background`], which `index.js` calls
-    /// once the caller has had its answer: waking a runtime thread costs the
-    /// caller's thread microseconds that belong to the command it is about
-    /// to start.
+    /// once the caller has had its answer: waking the preparing thread costs
+    /// the caller's thread microseconds that belong to the command it is
+    /// about to start.
     #[napi(ts_return_type = "string | Promise<string>")]
     pub fn collect<'env>(
         &self,
